@@ -1,0 +1,1 @@
+"""Chat context and tokenization: templates, incremental no-drift ids, the conformance check."""

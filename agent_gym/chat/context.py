@@ -1,0 +1,107 @@
+"""The chat context an agent env keeps: messages plus the exact token ids the policy continues from.
+
+The no-drift invariant
+----------------------
+When the env *appends* to the context, the next prompt ids are exactly::
+
+    previous prompt ids + action ids + ids of the appended turn(s)
+
+The action's ids are stored as generated: they are decoded only to parse tool calls and to record
+the message text, and never re-encoded. The appended ids come from :meth:`ChatTemplate.turn_suffix`,
+which renders only the new turns. So a trainer can take any prefix of the context, and the tokens
+it trains on are the tokens the policy produced and saw.
+
+Templates that rewrite history
+------------------------------
+Some chat templates render earlier assistant turns differently from how they were generated, e.g.
+Qwen3 and DeepSeek-R1 strip ``<think>...</think>`` from assistant turns before the last user
+message. Re-rendering such a conversation each turn would silently change tokens the policy has
+already produced (and the log-probs computed for them). This context never re-renders: the
+reasoning stays in the ids exactly as generated, which is what the policy conditioned on at the
+time, so training ids remain drift-free. An env that *wants* the template's view (e.g. to save
+context) calls :meth:`ChatContext.rewrite`, which renders afresh and starts a new *segment*; the
+step that crosses a segment boundary says so (``new_segment``), and concat-mode trainers must not
+join samples across it.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Sequence
+
+import numpy as np
+
+from agent_gym.chat.template import ChatTemplate
+
+__all__ = ["ChatContext"]
+
+
+class ChatContext:
+    """Messages, tool schemas and prompt token ids of one episode.
+
+    Create one with :meth:`start`; then alternate :meth:`append_action` (the policy's ids) and
+    :meth:`append_messages` (what the env says back), or :meth:`rewrite` the whole context.
+    """
+
+    def __init__(self, template: ChatTemplate):
+        self.template = template
+        self.messages: list[dict[str, Any]] = []
+        self.tools: list[dict[str, Any]] = []
+        self.ids: list[int] = []
+        #: Index of the current segment; increases each time the context is rendered afresh.
+        self.segment = -1
+        #: Position in ``ids`` where the last action starts (``None`` before any action).
+        self._awaiting_env = False
+
+    @classmethod
+    def start(
+        cls, template: ChatTemplate, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = ()
+    ) -> "ChatContext":
+        """A context rendered from ``messages`` with the generation prompt appended."""
+        ctx = cls(template)
+        ctx.rewrite(messages, tools)
+        return ctx
+
+    def rewrite(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None) -> None:
+        """Replace the whole context, render it afresh and start a new segment."""
+        self.messages = copy.deepcopy(list(messages))
+        if tools is not None:
+            self.tools = copy.deepcopy(list(tools))
+        self.ids = self.template.encode(self.template.render(self.messages, self.tools, add_generation_prompt=True))
+        self.segment += 1
+        self._awaiting_env = False
+
+    def append_action(self, action_ids: Sequence[int], message: dict[str, Any]) -> None:
+        """Append the policy's generated ids verbatim, and the assistant message they stand for."""
+        if self._awaiting_env:
+            raise RuntimeError("append_action called twice without append_messages in between")
+        self.ids.extend(int(t) for t in action_ids)
+        self.messages.append(message)
+        self._last_action = [int(t) for t in action_ids]
+        self._awaiting_env = True
+
+    def append_messages(self, messages: Sequence[dict[str, Any]]) -> list[int]:
+        """Append the env's reply turns after the last action; returns the ids that were appended."""
+        if not self._awaiting_env:
+            raise RuntimeError("append_messages must follow append_action")
+        added = self.template.turn_suffix(messages, self._last_action)
+        self.ids.extend(added)
+        self.messages.extend(copy.deepcopy(list(messages)))
+        self._awaiting_env = False
+        return added
+
+    @property
+    def prompt_ids(self) -> np.ndarray:
+        """The ids the policy continues from, as an int64 array (a copy)."""
+        return np.asarray(self.ids, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def observation(self) -> dict[str, Any]:
+        """The env observation: messages, tool schemas and prompt ids (copies, safe to keep)."""
+        return {
+            "messages": copy.deepcopy(self.messages),
+            "tools": copy.deepcopy(self.tools),
+            "prompt_ids": self.prompt_ids,
+        }

@@ -1,0 +1,1 @@
+"""The env contract: the base env class, its spaces, and prompt templates."""

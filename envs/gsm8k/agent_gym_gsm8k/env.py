@@ -1,0 +1,109 @@
+"""The GSM8K envs: single-step answering, and multi-step answering with a calculator tool."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping
+
+import numpy as np
+
+from agent_gym.core.env import AgentEnv, Grade, Turn
+from agent_gym.core.prompts import PromptTemplates
+from agent_gym.core.tasks import TaskList
+from agent_gym.tools import calculator
+
+from agent_gym_gsm8k.data import GSM8KTask, load_gsm8k
+from agent_gym_gsm8k.reward import score_answer
+
+__all__ = ["GSM8KEnv", "GSM8KToolEnv"]
+
+
+class GSM8KEnv(AgentEnv):
+    """GSM8K, one step: the policy reasons and ends with ``#### <number>``.
+
+    Reward: 1.0 when the number after the last ``####`` equals the reference answer after
+    normalising commas, ``$`` and trailing ``.0``; else 0.0. ``info["answer_check"]`` says why
+    (``correct``, ``no_final_answer``, ``unparsable_answer``, ``wrong_answer``).
+
+    Args:
+        tokenizer: see :class:`agent_gym.AgentEnv`.
+        split: ``"train"`` or ``"test"``.
+        data_dir: folder with the original ``train.jsonl``/``test.jsonl`` (default:
+            ``$AGENT_GYM_GSM8K_DIR``, else the Hugging Face hub).
+        prompt_dir: a folder of jinja2 templates overriding the packaged ones (same file names).
+        **kwargs: passed to :class:`agent_gym.AgentEnv` (``max_action_tokens``, ``chat_template``, ...).
+    """
+
+    description = "GSM8K grade-school math, one step; reward 1 for the right number after ####"
+    _system_template = "gsm8k_system.j2"
+
+    def __init__(
+        self,
+        tokenizer: Any = None,
+        *,
+        split: str = "train",
+        data_dir: str | os.PathLike[str] | None = None,
+        prompt_dir: str | os.PathLike[str] | None = None,
+        **kwargs: Any,
+    ):
+        kwargs.setdefault("max_turns", 1)
+        super().__init__(tokenizer, **kwargs)
+        self.split = split
+        self.tasks = TaskList(load_gsm8k(split, data_dir), name=f"GSM8K {split} split")
+        self.prompts = PromptTemplates("agent_gym_gsm8k", prompt_dir)
+
+    def sample_task(self, rng: np.random.Generator) -> GSM8KTask:
+        return self.tasks.sample(rng)
+
+    def get_task(self, task_id: str) -> GSM8KTask:
+        return self.tasks.get(task_id)
+
+    def task_from_dict(self, task: Mapping[str, Any]) -> GSM8KTask:
+        missing = {"question", "answer"} - set(task)
+        if missing:
+            raise ValueError(f"a GSM8K task needs the keys question and answer; missing {sorted(missing)}")
+        return GSM8KTask(
+            id=str(task.get("id", "custom")),
+            question=str(task["question"]),
+            answer=str(task["answer"]),
+            solution=str(task.get("solution", "")),
+        )
+
+    def initial_messages(self, task: GSM8KTask) -> list[dict[str, Any]]:
+        tools = [] if self.template.renders_tools else [t.schema() for t in self.tools]
+        return [
+            {"role": "system", "content": self.prompts.render(self._system_template, tools=tools)},
+            {"role": "user", "content": self.prompts.render("gsm8k_user.j2", question=task.question)},
+        ]
+
+    def grade(self, task: GSM8KTask, turn: Turn) -> Grade:
+        check = score_answer(turn.parsed.content, task.answer)
+        return Grade(
+            reward=check.reward,
+            correct=check.correct,
+            components={"outcome": check.reward},
+            info={
+                "answer_check": check.reason,
+                "format_ok": check.reason in ("correct", "wrong_answer"),
+                "predicted": check.predicted_normalized,
+                "expected": task.answer,
+            },
+        )
+
+
+class GSM8KToolEnv(GSM8KEnv):
+    """GSM8K with a calculator tool, multi-step (up to ``max_turns`` assistant turns, default 5).
+
+    Each assistant turn either calls ``calculate`` (hermes ``<tool_call>`` JSON; results come back as
+    ``tool`` messages) or answers without a tool call, which ends the episode. A tool call on the last
+    turn truncates the episode. Reward: the outcome only (as :class:`GSM8KEnv`); wrap with
+    :class:`agent_gym.wrappers.RewardShaping` for opt-in format / tool-use bonuses.
+    """
+
+    description = "GSM8K with a calculator tool, up to 5 turns; outcome reward"
+    _system_template = "gsm8k_tool_system.j2"
+
+    def __init__(self, tokenizer: Any = None, **kwargs: Any):
+        kwargs.setdefault("max_turns", 5)
+        kwargs.setdefault("tools", [calculator])
+        super().__init__(tokenizer, **kwargs)

@@ -1,0 +1,216 @@
+"""Tests for agent_gym_gsm8k.data (loading GSM8K) and the prompt templates."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import jinja2
+import pytest
+
+from agent_gym_gsm8k import data as gsm8k_data
+from agent_gym_gsm8k.data import (
+    DATA_DIR_ENV_VAR,
+    GSM8KNotFoundError,
+    GSM8KTask,
+    load_gsm8k,
+)
+
+
+def _repo_root() -> Path:
+    """The checkout root: the nearest ancestor holding both pyproject.toml and agent_gym/.
+
+    Searching (rather than a fixed parents[3]) keeps this right if the tests move within envs/.
+    """
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        if (parent / "pyproject.toml").is_file() and (parent / "agent_gym").is_dir():
+            return parent
+    return here.parents[3]  # envs/gsm8k/tests/<file> -> repo root
+
+
+REAL_DATA_DIR = Path(
+    os.environ.get(DATA_DIR_ENV_VAR, str(_repo_root().parent / "shared" / "data" / "gsm8k"))
+)
+needs_real_data = pytest.mark.skipif(
+    not (REAL_DATA_DIR / "test.jsonl").is_file(),
+    reason=f"real GSM8K data not found in {REAL_DATA_DIR}; set {DATA_DIR_ENV_VAR}",
+)
+TEMPLATES_DIR = Path(gsm8k_data.__file__).resolve().parent / "templates"
+
+
+def _write_jsonl(path: Path, records: list[dict[str, str]]) -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+
+
+# --- real data ---------------------------------------------------------------------------------
+
+
+@needs_real_data
+def test_real_split_sizes_and_first_task() -> None:
+    test = load_gsm8k("test", REAL_DATA_DIR)
+    train = load_gsm8k("train", REAL_DATA_DIR)
+    assert len(test) == 1319
+    assert len(train) == 7473
+    first = test[0]
+    assert isinstance(first, GSM8KTask)
+    assert first.id == "test-0"
+    assert first.question.startswith("Janet")
+    assert first.answer == "18"
+    assert first.solution.rstrip().endswith("#### 18")
+    assert train[41].id == "train-41"
+    assert [t.id for t in test[:3]] == ["test-0", "test-1", "test-2"]
+    assert len({t.id for t in train}) == len(train)
+
+
+@needs_real_data
+def test_real_answers_are_raw_strings_after_marker() -> None:
+    tasks = load_gsm8k("train", REAL_DATA_DIR)
+    # Raw answers are kept as written: some use thousands commas, a few are negative.
+    assert any("," in t.answer for t in tasks)
+    assert any(t.answer.startswith("-") for t in tasks)
+    for t in tasks:
+        assert t.answer == t.answer.strip()
+        assert t.solution.rsplit("####", 1)[1].strip() == t.answer
+
+
+@needs_real_data
+def test_env_var_is_used_and_loading_is_fast(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(DATA_DIR_ENV_VAR, str(REAL_DATA_DIR))
+    gsm8k_data._load_jsonl_cached.cache_clear()
+    start = time.perf_counter()
+    tasks = load_gsm8k("train")
+    elapsed = time.perf_counter() - start
+    assert len(tasks) == 7473
+    assert elapsed < 0.5, f"loading train took {elapsed:.3f}s"
+    # Cached: a second call is a stat plus a list copy, and returns an independent list.
+    start = time.perf_counter()
+    again = load_gsm8k("train")
+    assert time.perf_counter() - start < 0.05
+    assert again == tasks and again is not tasks
+    again.clear()
+    assert len(load_gsm8k("train")) == 7473
+
+
+# --- error handling ----------------------------------------------------------------------------
+
+
+def test_bad_split_lists_valid_splits() -> None:
+    with pytest.raises(ValueError, match="valid splits: train, test"):
+        load_gsm8k("validation", "/nonexistent")
+
+
+def test_missing_dir_error_names_both_ways_and_path(tmp_path: Path) -> None:
+    missing = tmp_path / "nope"
+    with pytest.raises(GSM8KNotFoundError) as excinfo:
+        load_gsm8k("test", missing)
+    message = str(excinfo.value)
+    assert DATA_DIR_ENV_VAR in message
+    assert "openai/gsm8k" in message
+    assert str(missing / "test.jsonl") in message
+    assert isinstance(excinfo.value, FileNotFoundError)
+
+
+def test_missing_split_file_in_env_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _write_jsonl(tmp_path / "train.jsonl", [{"question": "q", "answer": "a\n#### 1"}])
+    monkeypatch.setenv(DATA_DIR_ENV_VAR, str(tmp_path))
+    assert len(load_gsm8k("train")) == 1
+    with pytest.raises(GSM8KNotFoundError, match="test.jsonl is missing") as excinfo:
+        load_gsm8k("test")
+    assert f"${DATA_DIR_ENV_VAR}" in str(excinfo.value)
+
+
+def test_nothing_configured_and_no_hub(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(DATA_DIR_ENV_VAR, raising=False)
+
+    def _no_hub(split: str) -> tuple[GSM8KTask, ...]:
+        raise ImportError("No module named 'datasets'")
+
+    # Simulate "datasets not installed" even where it is, so the test never touches the network.
+    monkeypatch.setattr(gsm8k_data, "_load_hf_cached", _no_hub)
+    with pytest.raises(GSM8KNotFoundError) as excinfo:
+        load_gsm8k("test")
+    message = str(excinfo.value)
+    assert DATA_DIR_ENV_VAR in message and "openai/gsm8k" in message
+    assert "not set" in message and "not installed" in message
+
+
+def test_hub_failure_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(DATA_DIR_ENV_VAR, raising=False)
+
+    def _offline(split: str) -> tuple[GSM8KTask, ...]:
+        raise ConnectionError("hub unreachable")
+
+    monkeypatch.setattr(gsm8k_data, "_load_hf_cached", _offline)
+    with pytest.raises(GSM8KNotFoundError, match="ConnectionError: hub unreachable"):
+        load_gsm8k("train")
+
+
+@pytest.mark.parametrize(
+    ("bad_line", "match"),
+    [
+        ('{"question": "q", "answer": "a\\n#### 2"', "malformed JSON"),
+        ('["not", "an", "object"]', "expected a JSON object"),
+        ('{"question": "q"}', "'question' and 'answer'"),
+        ('{"question": "q", "answer": "no marker"}', "no '####"),
+    ],
+)
+def test_malformed_line_names_file_and_line(tmp_path: Path, bad_line: str, match: str) -> None:
+    good = json.dumps({"question": "q", "answer": "a\n#### 1"})
+    (tmp_path / "test.jsonl").write_text(f"{good}\n{good}\n{bad_line}\n{good}\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=match) as excinfo:
+        load_gsm8k("test", tmp_path)
+    assert f"{(tmp_path / 'test.jsonl').resolve()}:3" in str(excinfo.value)
+
+
+def test_small_file_parsing_and_cache_invalidation(tmp_path: Path) -> None:
+    path = tmp_path / "test.jsonl"
+    _write_jsonl(
+        path,
+        [{"question": "Q0", "answer": "r\n#### 1,000"}, {"question": "Q1", "answer": "#### -3"}],
+    )
+    tasks = load_gsm8k("test", tmp_path)
+    assert tasks == [
+        GSM8KTask(id="test-0", question="Q0", answer="1,000", solution="r\n#### 1,000"),
+        GSM8KTask(id="test-1", question="Q1", answer="-3", solution="#### -3"),
+    ]
+    # Rewriting the file (different size) must not be served from the stale cache.
+    _write_jsonl(path, [{"question": "Q0 changed", "answer": "#### 2"}])
+    assert [t.question for t in load_gsm8k("test", tmp_path)] == ["Q0 changed"]
+
+
+# --- templates ---------------------------------------------------------------------------------
+
+CALCULATE_SCHEMA = {
+    "type": "function",
+    "function": {
+        "name": "calculate",
+        "description": "Evaluate an arithmetic expression.",
+        "parameters": {
+            "type": "object",
+            "properties": {"expression": {"type": "string"}},
+            "required": ["expression"],
+        },
+    },
+}
+
+
+@pytest.mark.parametrize("keep_trailing_newline", [False, True])
+def test_templates_render_without_trailing_newline(keep_trailing_newline: bool) -> None:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES_DIR),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=keep_trailing_newline,
+    )
+    system = env.get_template("gsm8k_system.j2").render()
+    user = env.get_template("gsm8k_user.j2").render(question="  How many eggs?\n")
+    tool_system = env.get_template("gsm8k_tool_system.j2").render(tools=[CALCULATE_SCHEMA])
+    for text in (system, user, tool_system):
+        assert text == text.strip()
+        assert "#### <number>" in text
+    assert user.startswith("How many eggs?")
+    assert "<tools>\n" + json.dumps(CALCULATE_SCHEMA, sort_keys=True) + "\n</tools>" in tool_system
+    example_call = '{"name": "calculate", "arguments": {"expression": "2 + 3 * 4"}}'
+    assert f"<tool_call>\n{example_call}\n</tool_call>" in tool_system
