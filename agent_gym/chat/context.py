@@ -80,11 +80,21 @@ class ChatContext:
         self._last_action = [int(t) for t in action_ids]
         self._awaiting_env = True
 
-    def append_messages(self, messages: Sequence[dict[str, Any]]) -> list[int]:
-        """Append the env's reply turns after the last action; returns the ids that were appended."""
+    def pending_suffix(self, messages: Sequence[dict[str, Any]]) -> list[int]:
+        """The ids :meth:`append_messages` would append for ``messages`` (to check limits first)."""
         if not self._awaiting_env:
             raise RuntimeError("append_messages must follow append_action")
-        added = self.template.turn_suffix(messages, self._last_action)
+        return self.template.turn_suffix(messages, self._last_action)
+
+    def append_messages(self, messages: Sequence[dict[str, Any]], suffix_ids: Sequence[int] | None = None) -> list[int]:
+        """Append the env's reply turns after the last action; returns the ids that were appended.
+
+        ``suffix_ids`` may pass the result of :meth:`pending_suffix` for the same messages, to avoid
+        computing it twice.
+        """
+        if not self._awaiting_env:
+            raise RuntimeError("append_messages must follow append_action")
+        added = list(suffix_ids) if suffix_ids is not None else self.pending_suffix(messages)
         self.ids.extend(added)
         self.messages.extend(copy.deepcopy(list(messages)))
         self._awaiting_env = False
@@ -99,9 +109,13 @@ class ChatContext:
         return len(self.ids)
 
     def observation(self) -> dict[str, Any]:
-        """The env observation: messages, tool schemas and prompt ids (copies, safe to keep)."""
+        """The env observation: messages, tool schemas and prompt ids.
+
+        The lists and message dicts are fresh shallow copies (a deep copy would make every step cost
+        O(context)); nested values such as ``tool_calls`` are shared and must be treated as read-only.
+        """
         return {
-            "messages": copy.deepcopy(self.messages),
-            "tools": copy.deepcopy(self.tools),
+            "messages": [dict(m) for m in self.messages],
+            "tools": list(self.tools),
             "prompt_ids": self.prompt_ids,
         }

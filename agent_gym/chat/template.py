@@ -11,6 +11,7 @@ conversation is.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Sequence
 
 __all__ = ["ChatTemplate", "ChatTemplateError"]
@@ -48,6 +49,7 @@ class ChatTemplate:
         self.tool_role = tool_role or self._detect_tool_role()
         #: True when the template itself renders the ``tools`` argument (e.g. Qwen2.5, Llama 3.1).
         self.renders_tools = "tools" in self.chat_template
+        self._suffix_parts: dict[tuple, list[str | int] | bool] = {}
         self.end_of_turn_ids = self._detect_end_of_turn()
 
     # -- rendering ---------------------------------------------------------------------------------
@@ -96,6 +98,35 @@ class ChatTemplate:
     # -- internals ----------------------------------------------------------------------------------
 
     def _suffix_text(self, new_messages: Sequence[dict[str, Any]]) -> str:
+        # Fast path: for each shape of reply (roles and metadata, not contents) render once with
+        # content markers, check that the template pastes content verbatim, then fill in contents
+        # by string joining. Most templates do; those that transform content get a full render.
+        key = _shape_key(new_messages)
+        if key is not None:
+            parts = self._suffix_parts.get(key)
+            if parts is None:
+                parts = self._compile_suffix(new_messages)
+                if len(self._suffix_parts) < 1024:
+                    self._suffix_parts[key] = parts
+            if parts is not False:
+                contents = [m.get("content", "") for m in new_messages]
+                return "".join(p if isinstance(p, str) else contents[p] for p in parts)
+        return self._render_suffix(new_messages)
+
+    def _compile_suffix(self, new_messages: Sequence[dict[str, Any]]) -> list[str | int] | bool:
+        marked = [{**m, "content": f"\u2063C{i}\u2063"} for i, m in enumerate(new_messages)]
+        pieces = re.split("\u2063C(\\d+)\u2063", self._render_suffix(marked))
+        parts: list[str | int] = [int(p) if i % 2 else p for i, p in enumerate(pieces)]
+        if sorted(p for p in parts if isinstance(p, int)) != list(range(len(new_messages))):
+            return False
+        # Verify on contents that a transforming template would change (whitespace, markup).
+        probe = [f"  x{i} <b>\n{{{{y}}}}\n " for i in range(len(new_messages))]
+        expected = self._render_suffix([{**m, "content": probe[i]} for i, m in enumerate(new_messages)])
+        if "".join(p if isinstance(p, str) else probe[p] for p in parts) != expected:
+            return False
+        return parts
+
+    def _render_suffix(self, new_messages: Sequence[dict[str, Any]]) -> str:
         # The dummy history is constant, so this render costs the same at turn 1 and turn 100.
         convo = [*_DUMMY_HISTORY, {"role": "assistant", "content": _PLACEHOLDER}, *new_messages]
         text = self.render(convo, add_generation_prompt=True)
@@ -136,3 +167,15 @@ class ChatTemplate:
         eos = getattr(self.tokenizer, "eos_token_id", None)
         return [eos] if eos is not None else []
 
+
+def _shape_key(messages: Sequence[dict[str, Any]]) -> tuple | None:
+    """What, besides content, a template may render of a reply; ``None`` if not hashable simply."""
+    key = []
+    for m in messages:
+        items = tuple(sorted((k, v) for k, v in m.items() if k != "content"))
+        if not all(isinstance(v, (str, int, float, bool, type(None))) for _, v in items):
+            return None
+        if not isinstance(m.get("content", ""), str):
+            return None
+        key.append(items)
+    return tuple(key)

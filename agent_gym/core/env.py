@@ -314,12 +314,12 @@ class AgentEnv(gym.Env[ObsType, np.ndarray]):
                 ctx.rewrite(reply.rewrite)
                 new_segment = True
             elif not (terminated or truncated):
-                suffix = ctx.template.turn_suffix(reply.messages, turn.ids)
+                suffix = ctx.pending_suffix(reply.messages)
                 if len(ctx) + len(suffix) > self.max_context_tokens:
                     truncated = True
                     info["truncated_reason"] = "max_context_tokens"
                 else:
-                    ctx.append_messages(reply.messages)
+                    ctx.append_messages(reply.messages, suffix)
             if reply.messages and (terminated or truncated):
                 ctx.messages.extend(reply.messages)  # kept for the record; no ids follow a final step
         self._error_kinds_update(reply)

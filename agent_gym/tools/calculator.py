@@ -309,10 +309,11 @@ def format_number(x: int | float) -> str:
 @tool(timeout_s=5.0)
 def calculate(expression: str) -> str:
     """Evaluate an arithmetic expression and return the numeric result.
+    Supports + - * / ** % and parentheses (also // for floor division and unary
+    minus) on integers and decimals, e.g. "(3 + 4.5) * 2" or "2**10 % 7".
+    Variables, functions, '^' and thousands separators are not supported.
 
-    Supports integers and decimals, + - * / ** % (also // for floor division),
-    unary minus and parentheses, e.g. "(3 + 4.5) * 2" or "2**10 % 7". Variables,
-    functions, '^' and thousands separators are not supported.
+    The first paragraph above is the description shown to the model.
 
     Args:
         expression: The arithmetic expression to evaluate, e.g. "(1.5 + 2.5) / 2".
