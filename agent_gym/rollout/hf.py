@@ -1,0 +1,221 @@
+"""A :class:`~agent_gym.rollout.policy.Policy` backed by a Hugging Face transformers causal LM.
+
+torch and transformers are imported inside the functions of this module, never at import time, so
+that ``import agent_gym.rollout`` stays light; ``agent_gym.rollout.HFPolicy`` is itself resolved
+lazily.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+from agent_gym.rollout.policy import Generation
+
+__all__ = ["HFPolicy"]
+
+
+class HFPolicy:
+    """Batched local generation with ``transformers`` (CPU or one GPU).
+
+    Args:
+        model: a Hugging Face model folder or hub name, a path to a ``.gguf`` file, or ``None`` for
+            the embedded default model (SmolLM2-135M-Instruct, read from its GGUF file).
+        tokenizer: a tokenizer object or path; default: the model's (:func:`agent_gym.models.load_tokenizer`).
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``...; ``None`` or ``"auto"``: CUDA when available, else CPU.
+        dtype: a ``torch.dtype`` or its name (``"bfloat16"``); ``None``: bfloat16 on CUDA, float32 on CPU.
+        temperature: 0 (the default, for evaluation) decodes greedily; > 0 samples.
+        top_p: nucleus sampling threshold (only when sampling).
+        seed: seeds torch's generator once, here, so a run of calls is reproducible; ``None`` leaves
+            it alone.
+        stop_ids: ids that end a turn; default: the chat template's end-of-turn ids plus the
+            tokenizer's eos id.
+        batch_size: most prompts per ``model.generate`` call (larger batches are split).
+
+    Sampling is defined by these arguments only: the model's own ``generation_config`` defaults (a
+    hub config's ``top_k``, ``repetition_penalty``...) are replaced, so that the reported logprobs
+    are those of the distribution the tokens were really drawn from.
+
+    ``Generation.logprobs`` holds, for each generated token, its log-probability under the
+    *processed* next-token distribution: ``log_softmax(logits / temperature)`` restricted to the
+    top-p nucleus when sampling, and the model's plain distribution (``log_softmax(logits)``, i.e.
+    temperature 1) when decoding greedily.
+
+    Attributes:
+        generated_tokens: total generated ids returned so far (stop ids included, padding excluded).
+        generate_seconds: total wall time spent inside :meth:`generate`.
+    """
+
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        tokenizer: Any = None,
+        device: str | None = None,
+        dtype: Any = None,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        seed: int | None = 0,
+        stop_ids: Sequence[int] | None = None,
+        batch_size: int = 16,
+    ):
+        import torch
+        from transformers import AutoModelForCausalLM, GenerationConfig
+
+        from agent_gym.chat.template import ChatTemplate
+        from agent_gym.models import DEFAULT_MODEL, load_tokenizer, resolve_model
+
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        if not 0 < top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.model_name = DEFAULT_MODEL if model is None else str(model)
+        self.temperature = float(temperature)
+        self.top_p = float(top_p)
+        self.batch_size = int(batch_size)
+        if device in (None, "auto"):
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = torch.device(device)
+        if dtype is None:
+            dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
+        elif isinstance(dtype, str):
+            dtype = getattr(torch, dtype)
+        self.dtype = dtype
+
+        src = resolve_model(model)
+        self.tokenizer = load_tokenizer(tokenizer if tokenizer is not None else model)
+        self.model = AutoModelForCausalLM.from_pretrained(src.path, dtype=dtype, **src.kwargs)
+        self.model.to(self.device)
+        self.model.eval()
+
+        if stop_ids is None:
+            stop_ids = list(ChatTemplate(self.tokenizer).end_of_turn_ids)
+            eos = self.tokenizer.eos_token_id
+            if eos is not None and eos not in stop_ids:
+                stop_ids.append(eos)
+        self.stop_ids: list[int] = [int(t) for t in stop_ids]
+        if not self.stop_ids:
+            raise ValueError("no stop ids: the tokenizer has neither an end-of-turn token nor eos; pass stop_ids=")
+        pad = self.tokenizer.pad_token_id
+        self.pad_id = int(pad if pad is not None else self.stop_ids[0])
+        # A clean config: only the special ids survive from the model's own (see the class docstring).
+        old = self.model.generation_config
+        self.model.generation_config = GenerationConfig(
+            bos_token_id=old.bos_token_id, eos_token_id=self.stop_ids, pad_token_id=self.pad_id
+        )
+        if seed is not None:
+            torch.manual_seed(seed)
+        self.generated_tokens = 0
+        self.generate_seconds = 0.0
+
+    def __repr__(self) -> str:
+        return f"HFPolicy({self.model_name!r}, device={str(self.device)!r}, temperature={self.temperature})"
+
+    def generate(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int) -> list[Generation]:
+        """Generate a continuation of each prompt (see the class docstring for logprobs).
+
+        Prompts are sorted by length and run in chunks of ``batch_size`` with left padding (less
+        padding per chunk); results come back in the order of ``prompts``. Each result's ids end right
+        after the first stop id (which is included) with ``finish_reason="stop"``, or hold
+        ``max_new_tokens`` ids with ``finish_reason="length"``.
+        """
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        started = time.perf_counter()
+        prompts = [[int(t) for t in p] for p in prompts]
+        if any(not p for p in prompts):
+            raise ValueError("every prompt needs at least one token")
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        results: list[Generation | None] = [None] * len(prompts)
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start : start + self.batch_size]
+            for i, generation in zip(chunk, self._generate_batch([prompts[i] for i in chunk], max_new_tokens)):
+                results[i] = generation
+        self.generate_seconds += time.perf_counter() - started
+        return [r for r in results if r is not None]
+
+    def _generate_batch(self, prompts: list[list[int]], max_new_tokens: int) -> list[Generation]:
+        import torch
+        from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
+
+        width = max(len(p) for p in prompts)
+        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, p in enumerate(prompts):
+            input_ids[row, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+            attention_mask[row, width - len(p) :] = 1
+
+        sample = self.temperature > 0
+        processors = LogitsProcessorList()
+        if sample:
+            # Our own warpers, placed before the recorder: transformers would append its warpers
+            # after any custom processor, and the recorder must see the final distribution.
+            if self.temperature != 1.0:
+                processors.append(TemperatureLogitsWarper(self.temperature))
+            if self.top_p < 1.0:
+                processors.append(TopPLogitsWarper(self.top_p))
+        recorder = _ChosenLogprobs()
+        processors.append(recorder)
+
+        # Neutral built-in warpers (the clean config leaves temperature and top_p at 1; top_k would
+        # default to 50): the processors above do all the warping.
+        neutral = {"top_k": 0} if sample else {}
+        with torch.inference_mode():
+            sequences = self.model.generate(
+                input_ids=input_ids.to(self.device),
+                attention_mask=attention_mask.to(self.device),
+                max_new_tokens=max_new_tokens,
+                do_sample=sample,
+                logits_processor=processors,
+                eos_token_id=self.stop_ids,
+                pad_token_id=self.pad_id,
+                **neutral,
+            )
+            new = sequences[:, width:]
+            logprobs = recorder.finish(new[:, -1]) if new.shape[1] else torch.zeros_like(new, dtype=torch.float32)
+
+        stop = set(self.stop_ids)
+        results = []
+        for ids_row, lp_row in zip(new.tolist(), logprobs.tolist()):
+            end = next((k + 1 for k, t in enumerate(ids_row) if t in stop), None)
+            finish = "stop" if end is not None else "length"
+            # Without a stop id the row ran to the end: every position is a real token.
+            end = end if end is not None else len(ids_row)
+            results.append(Generation(ids=ids_row[:end], logprobs=lp_row[:end], finish_reason=finish))
+            self.generated_tokens += end
+        return results
+
+
+class _ChosenLogprobs:
+    """A logits processor, run last, that records the log-probability of each chosen token.
+
+    At step t it keeps ``log_softmax`` of the processed scores; at step t+1 the token chosen at t
+    is the last column of ``input_ids``, and its log-probability is gathered then. Memory stays at one
+    ``batch x vocab`` tensor instead of ``output_scores``' one per step.
+    """
+
+    def __init__(self) -> None:
+        self._pending: Any = None
+        self._chosen: list[Any] = []
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import torch
+
+        if self._pending is not None:
+            self._gather(input_ids[:, -1])
+        self._pending = torch.log_softmax(scores.float(), dim=-1)
+        return scores
+
+    def _gather(self, tokens: Any) -> None:
+        self._chosen.append(self._pending.gather(1, tokens.view(-1, 1)).squeeze(1))
+        self._pending = None
+
+    def finish(self, last_tokens: Any) -> Any:
+        """The ``batch x steps`` log-probabilities, given the tokens chosen at the last step."""
+        import torch
+
+        if self._pending is not None:
+            self._gather(last_tokens)
+        return torch.stack(self._chosen, dim=1).cpu()

@@ -1,0 +1,193 @@
+"""The policy interface the rollout driver talks to, and a scripted policy for tests and benchmarks.
+
+A policy maps prompt token ids to generated token ids. The driver (:func:`agent_gym.rollout.run_episodes`)
+only ever calls :meth:`Policy.generate`, so any engine fits behind it: Hugging Face transformers
+(:class:`agent_gym.rollout.HFPolicy`), a scripted stand-in (:class:`ScriptedPolicy`), and later vLLM or
+an OpenAI-compatible server.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol, Sequence, runtime_checkable
+
+__all__ = ["Generation", "Policy", "AsyncPolicy", "ScriptedPolicy", "FINISH_REASONS"]
+
+#: ``"stop"``: a stop id (end of turn / eos) ended the generation; ``"length"``: ``max_new_tokens`` did.
+FINISH_REASONS = ("stop", "length")
+
+
+@dataclass
+class Generation:
+    """What a policy generated for one prompt.
+
+    Attributes:
+        ids: the generated token ids, including the stop id that ended them (an agent env expects its
+            end-of-turn token to be part of the action); never any padding.
+        logprobs: one log-probability per id (the policy documents which distribution), or ``None``
+            when the engine does not report them.
+        finish_reason: ``"stop"`` or ``"length"`` (see :data:`FINISH_REASONS`).
+    """
+
+    ids: list[int]
+    logprobs: list[float] | None = None
+    finish_reason: str = "stop"
+
+    def __post_init__(self) -> None:
+        if self.finish_reason not in FINISH_REASONS:
+            raise ValueError(f"finish_reason must be one of {FINISH_REASONS}, got {self.finish_reason!r}")
+        if self.logprobs is not None and len(self.logprobs) != len(self.ids):
+            raise ValueError(f"{len(self.logprobs)} logprobs for {len(self.ids)} ids; need one per id")
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """Anything that turns a batch of prompts (token ids) into generations.
+
+    ``generate`` is the only method the rollout driver needs. Engines that serve requests one at a
+    time over a network (vLLM's async engine, OpenAI-compatible servers) will additionally implement
+    :class:`AsyncPolicy`'s ``agenerate`` so that a future async driver can keep many episodes in
+    flight; it is optional and nothing in the synchronous driver calls it.
+    """
+
+    def generate(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int) -> list[Generation]:
+        """Generate a continuation of every prompt; returns one :class:`Generation` per prompt, in order."""
+        ...
+
+
+@runtime_checkable
+class AsyncPolicy(Protocol):
+    """The optional async half of a policy (implemented by server-backed engines, later)."""
+
+    async def agenerate(self, prompt: Sequence[int], *, max_new_tokens: int) -> Generation:
+        """Generate a continuation of one prompt without blocking the event loop."""
+        ...
+
+
+class ScriptedPolicy:
+    """A policy that answers from a script instead of a model (for tests and benchmarks).
+
+    ``script(conversation, turn)`` returns the assistant's reply:
+
+    - a ``str`` is encoded with the tokenizer's chat template (special tokens in it are recognised,
+      none are added) and the template's end-of-turn ids are appended, which is exactly the token
+      path a real model's reply takes;
+    - a sequence of ints is returned verbatim (nothing appended), to test odd actions.
+
+    ``conversation`` is the 0-based index of the conversation a prompt belongs to, in order of first
+    appearance; ``turn`` is the 1-based turn within it (the env's ``info["turn"]`` after the step).
+    The policy sees only token ids, so it recognises a continuation by its prefix: a prompt that
+    starts with an earlier prompt plus the ids generated for it continues that conversation; any
+    other prompt opens a new one. With :func:`agent_gym.rollout.run_episodes`, conversation ``i`` is
+    episode ``i`` (the driver fills free slots in episode order and lists prompts in slot order).
+
+    Replies longer than ``max_new_tokens`` are cut and reported with ``finish_reason="length"``.
+
+    Args:
+        tokenizer: a Hugging Face tokenizer, a model name/path, or ``None`` for the default model's.
+        script: ``(conversation, turn) -> str | Sequence[int]``.
+        logprob: when not ``None``, every generated id gets this log-probability (default: no logprobs).
+        max_remembered: how many open conversations to remember; the oldest are forgotten first
+            (finished episodes are never continued, but the policy cannot tell they are finished).
+
+    Attributes:
+        calls: how many times :meth:`generate` was called.
+        generated_tokens: total ids returned so far.
+        outputs: every generation returned, in order (for tests; cleared by :meth:`reset`).
+    """
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        script: Callable[[int, int], "str | Sequence[int]"],
+        *,
+        logprob: float | None = None,
+        max_remembered: int = 100_000,
+    ):
+        # Imported here so that `import agent_gym.rollout` stays free of transformers.
+        from agent_gym.chat.template import ChatTemplate
+        from agent_gym.models import load_tokenizer
+
+        self.tokenizer = load_tokenizer(tokenizer)
+        self.template = ChatTemplate(self.tokenizer)
+        self.script = script
+        self.logprob = logprob
+        self.max_remembered = int(max_remembered)
+        self.stop_ids = list(self.template.end_of_turn_ids)
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every conversation (the next prompt is conversation 0 again)."""
+        # (prompt + generated ids) -> [(conversation, turn)], oldest first; several entries can share
+        # a key when conversations have been identical so far.
+        self._open: OrderedDict[tuple[int, ...], list[tuple[int, int]]] = OrderedDict()
+        self._conversations = 0
+        # How many remembered histories do not end with the stop ids (verbatim-id replies).
+        self._unaligned = 0
+        self.calls = 0
+        self.generated_tokens = 0
+        self.outputs: list[Generation] = []
+
+    def generate(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int) -> list[Generation]:
+        """One scripted reply per prompt (see the class docstring for how replies are chosen)."""
+        self.calls += 1
+        results = []
+        for prompt in prompts:
+            prompt = [int(t) for t in prompt]
+            conversation, turn = self._locate(prompt)
+            reply = self.script(conversation, turn)
+            if isinstance(reply, str):
+                ids = self.template.encode(reply) + self.stop_ids
+            else:
+                ids = [int(t) for t in reply]
+            finish = "stop" if self.stop_ids and ids[-len(self.stop_ids):] == self.stop_ids else "length"
+            if len(ids) > max_new_tokens:
+                ids, finish = ids[:max_new_tokens], "length"
+            logprobs = None if self.logprob is None else [float(self.logprob)] * len(ids)
+            generation = Generation(ids=ids, logprobs=logprobs, finish_reason=finish)
+            self._remember(tuple(prompt + ids), conversation, turn)
+            self.generated_tokens += len(ids)
+            self.outputs.append(generation)
+            results.append(generation)
+        return results
+
+    def _locate(self, prompt: list[int]) -> tuple[int, int]:
+        """(conversation, turn) of a prompt: continue the conversation whose history it extends."""
+        for end in self._candidate_ends(prompt):
+            key = tuple(prompt[:end])
+            waiting = self._open.get(key)
+            if waiting:
+                conversation, turn = waiting.pop(0)
+                if not waiting:
+                    self._forget(key)
+                return conversation, turn + 1
+        conversation = self._conversations
+        self._conversations += 1
+        return conversation, 1
+
+    def _candidate_ends(self, prompt: list[int]) -> list[int]:
+        # A remembered history ends where a reply ended. Scripted text replies end with the stop ids,
+        # so checking only the positions just after a stop sequence (a handful per prompt: one per
+        # earlier message) keeps the lookup linear in the prompt length. Verbatim-id replies may end
+        # anywhere, so when any is remembered every position is a candidate. Longest first: the most
+        # recent turn of a conversation is the one that continues.
+        if self.stop_ids and not self._unaligned:
+            n = len(self.stop_ids)
+            return [i + n for i in range(len(prompt) - n, -1, -1) if prompt[i : i + n] == self.stop_ids]
+        return list(range(len(prompt), 0, -1))
+
+    def _aligned(self, history: tuple[int, ...]) -> bool:
+        return bool(self.stop_ids) and list(history[-len(self.stop_ids):]) == self.stop_ids
+
+    def _remember(self, history: tuple[int, ...], conversation: int, turn: int) -> None:
+        if history not in self._open:
+            self._unaligned += not self._aligned(history)
+        self._open.setdefault(history, []).append((conversation, turn))
+        self._open.move_to_end(history)
+        while len(self._open) > self.max_remembered:
+            self._forget(next(iter(self._open)))
+
+    def _forget(self, history: tuple[int, ...]) -> None:
+        del self._open[history]
+        self._unaligned -= not self._aligned(history)

@@ -1,0 +1,366 @@
+"""verl agent loops that run any registered agent-gym env.
+
+Two loops are registered (and listed in :data:`agent_gym_verl.AGENT_LOOP_CONFIG`, the file to pass as
+``actor_rollout_ref.rollout.agent.agent_loop_config_path``):
+
+``agent_gym`` (concat mode, :class:`AgentGymAgentLoop`)
+    One sample per trajectory: prompt = the first observation's ``prompt_ids``; response = everything
+    after it (the policy's tokens with ``response_mask`` 1, the env's appended turns with 0, log-probs
+    0.0 on env tokens), cut at ``rollout.response_length``. Runs with stock verl. An env that rewrites
+    its context (``info["new_segment"]``) cannot be concatenated: that raises :class:`ConcatModeError`.
+
+``agent_gym_step`` (step mode, :class:`AgentGymStepAgentLoop`)
+    One sample per env step: prompt = that step's ``prompt_ids``, response = that step's action.
+    verl (0.7 and 0.9 alike) post-processes exactly one output per dataset row, so the loop returns
+    the trajectory's first step as the row and carries every step in ``extra_fields["agent_gym_steps"]``;
+    :mod:`agent_gym_verl.trainer` expands the rows into step samples right after rollout, and
+    :mod:`agent_gym_verl.step_advantage` computes trajectory-aware advantages. Needs that trainer
+    (``python -m agent_gym_verl.main_ppo``); validation works on the un-expanded rows (one per
+    trajectory, reward = the episode's return).
+
+Each dataset row names its env and task: ``extra_info.env_id`` (or a top-level ``env_id`` column),
+``extra_info.task_id``, and ``extra_info.env_kwargs`` (a JSON string or a dict). The loop makes the env
+with the tokenizer verl hands it (``gym.make(env_id, tokenizer=self.tokenizer, **env_kwargs)``), keeps
+finished envs in a per-worker pool for reuse, resets on the row's task, asks verl's server manager for
+tokens, and steps the env with ``await env.astep(ids)`` so that waiting tools never block the event loop
+that all of a worker's trajectories share. The env's return becomes ``reward_score``: no reward
+function is needed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections import defaultdict
+from typing import Any, Mapping
+from uuid import uuid4
+
+import gymnasium as gym
+import numpy as np
+
+from agent_gym_verl import compat
+
+logger = logging.getLogger(__name__)
+logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "WARN"))
+
+__all__ = [
+    "AgentGymAgentLoop",
+    "AgentGymStepAgentLoop",
+    "ConcatModeError",
+    "STEPS_KEY",
+    "MAX_POOLED_ENVS",
+]
+
+#: ``extra_fields`` / ``non_tensor_batch`` key that carries a step-mode trajectory's steps.
+STEPS_KEY = "agent_gym_steps"
+#: Idle envs kept per (env id, kwargs, tokenizer) in one worker process.
+MAX_POOLED_ENVS = 1024
+
+# (env_id, kwargs json, id(tokenizer)) -> idle envs. Module level: shared by all agent-loop instances of
+# a worker process (verl makes one agent-loop instance per sample). An env is in the pool only while no
+# episode runs on it, so two trajectories never share one.
+_ENV_POOL: dict[tuple[str, str, int], list[gym.Env]] = defaultdict(list)
+
+
+class ConcatModeError(RuntimeError):
+    """The env rewrote its context, so its trajectory is not one token sequence."""
+
+
+def _as_dict(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if isinstance(value, str):
+        value = value.strip()
+        return dict(json.loads(value)) if value else {}
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"env_kwargs must be a JSON object string or a mapping, got {type(value).__name__}")
+
+
+def _scalar(value: Any) -> Any:
+    """numpy 0-d values (verl hands row fields as numpy scalars) as plain Python values."""
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        return value.item()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def find_astep(env: gym.Env) -> Any:
+    """The ``astep`` of the outermost wrapper that defines one (wrappers such as reward shaping keep
+    their effect); ``None`` when no layer has ``astep``."""
+    layer: Any = env
+    while True:
+        if getattr(type(layer), "astep", None) is not None:
+            return layer.astep
+        if isinstance(layer, gym.Wrapper):
+            layer = layer.env
+            continue
+        return None
+
+
+class AgentGymAgentLoop(compat.AgentLoopBase):
+    """Runs one agent-gym episode per dataset row (concat mode; see the module docstring).
+
+    Options (keys of this loop's entry in the agent-loop config file, all optional):
+        mode: ``"concat"`` (default) or ``"step"``.
+        env_kwargs: default ``gym.make`` arguments for every row (a row's own ``env_kwargs`` win).
+        max_steps: safety cap on env steps per episode (the env's own turn limit normally ends it).
+    """
+
+    mode = "concat"
+
+    def __init__(self, *args: Any, mode: str | None = None, env_kwargs: Any = None, max_steps: int = 64, **kwargs: Any):
+        kwargs.pop("name", None)  # the config entry's own name, passed along by hydra
+        super().__init__(*args, **kwargs)
+        if mode is not None:
+            if mode not in ("concat", "step"):
+                raise ValueError(f"agent_gym agent loop: mode must be 'concat' or 'step', got {mode!r}")
+            self.mode = mode
+        self.default_env_kwargs = _as_dict(env_kwargs)
+        self.max_steps = int(max_steps)
+        rollout = self.config.actor_rollout_ref.rollout
+        self.prompt_length = int(rollout.prompt_length)
+        self.response_length = int(rollout.response_length)
+
+    # -- env management ----------------------------------------------------------------------------
+
+    def _row_env(self, kwargs: Mapping[str, Any]) -> tuple[str, dict[str, Any], dict[str, Any]]:
+        extra = _scalar(kwargs.get("extra_info")) or {}
+        if not isinstance(extra, Mapping):
+            extra = {}
+        env_id = _scalar(extra.get("env_id")) or _scalar(kwargs.get("env_id"))
+        if not env_id:
+            raise ValueError(
+                "agent_gym agent loop: the dataset row names no env; put the env id in extra_info.env_id "
+                "or an env_id column (agent_gym_verl.export writes both for you)"
+            )
+        env_kwargs = {**self.default_env_kwargs, **_as_dict(_scalar(extra.get("env_kwargs")) or _scalar(kwargs.get("env_kwargs")))}
+        return str(env_id), env_kwargs, dict(extra)
+
+    def _env_defaults(self) -> dict[str, int]:
+        if self.mode == "step":
+            # Every step's prompt must fit rollout.prompt_length; every action rollout.response_length.
+            return {"max_action_tokens": self.response_length, "max_context_tokens": self.prompt_length}
+        return {"max_action_tokens": self.response_length, "max_context_tokens": self.prompt_length + self.response_length}
+
+    def _acquire_env(self, env_id: str, env_kwargs: dict[str, Any]) -> tuple[tuple[str, str, int], gym.Env]:
+        import agent_gym  # noqa: F401  (registers every installed env package)
+
+        make_kwargs = {**self._env_defaults(), **env_kwargs}
+        key = (env_id, json.dumps(make_kwargs, sort_keys=True, default=str), id(self.tokenizer))
+        pool = _ENV_POOL[key]
+        if pool:
+            return key, pool.pop()
+        return key, gym.make(env_id, tokenizer=self.tokenizer, **make_kwargs)
+
+    @staticmethod
+    def _release_env(key: tuple[str, str, int], env: gym.Env) -> None:
+        pool = _ENV_POOL[key]
+        if len(pool) < MAX_POOLED_ENVS:
+            pool.append(env)
+
+    # -- the loop ----------------------------------------------------------------------------------
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> compat.AgentLoopOutput:
+        env_id, env_kwargs, extra = self._row_env(kwargs)
+        key, env = self._acquire_env(env_id, env_kwargs)
+        try:
+            output = await self._run_episode(env, env_id, extra, sampling_params, kwargs)
+        except BaseException:
+            env.close()  # state unknown: do not reuse
+            raise
+        self._release_env(key, env)
+        return output
+
+    async def _run_episode(
+        self, env: gym.Env, env_id: str, extra: Mapping[str, Any], sampling_params: dict[str, Any], kwargs: Mapping[str, Any]
+    ) -> compat.AgentLoopOutput:
+        task_id = _scalar(extra.get("task_id"))
+        if task_id is not None:
+            obs, info = env.reset(options={"task_id": str(task_id)})
+        else:
+            index = _scalar(kwargs.get("index"))
+            obs, info = env.reset(seed=int(index) if index is not None else None)
+        astep = find_astep(env)
+        request_id = uuid4().hex  # one per trajectory: sticky server, prefix cache
+        step_mode = self.mode == "step"
+
+        first_prompt = [int(t) for t in obs["prompt_ids"]]
+        if len(first_prompt) > self.prompt_length:
+            raise ValueError(
+                f"{env_id} task {task_id}: the first prompt has {len(first_prompt)} tokens, more than "
+                f"rollout.prompt_length={self.prompt_length}; raise data.max_prompt_length / rollout.prompt_length "
+                "or keep data.filter_overlong_prompts=True"
+            )
+        prompt = first_prompt
+        response: list[int] = []
+        mask: list[int] = []
+        logprobs: list[float] | None = []
+        steps: list[dict[str, Any]] = []
+        total_reward = 0.0
+        env_turns = 0
+        truncated_reason = None
+        t_gen = t_env = 0.0
+        last_info: dict[str, Any] = dict(info)
+        done = False
+
+        for _ in range(self.max_steps):
+            if step_mode:
+                budget = self.response_length
+                if len(prompt) > self.prompt_length:
+                    truncated_reason = "prompt_length"
+                    break
+            else:
+                budget = self.response_length - len(response)
+                if budget <= 0:
+                    truncated_reason = "response_length"
+                    break
+            params = dict(sampling_params)
+            params["max_tokens"] = budget
+            t0 = time.perf_counter()
+            out = await self.server_manager.generate(request_id=request_id, prompt_ids=prompt, sampling_params=params)
+            t_gen += time.perf_counter() - t0
+            ids, lps = compat.token_output(out)
+            ids = ids[:budget]
+            if lps is not None:
+                lps = lps[: len(ids)]
+                if len(lps) != len(ids):
+                    raise ValueError(f"server returned {len(lps)} log-probs for {len(ids)} tokens")
+
+            t0 = time.perf_counter()
+            if astep is not None:
+                obs, reward, terminated, truncated, info = await astep(np.asarray(ids, dtype=np.int64))
+            else:  # a non-agent-gym env: keep its blocking step off the event loop
+                import asyncio
+
+                obs, reward, terminated, truncated, info = await asyncio.to_thread(env.step, np.asarray(ids, dtype=np.int64))
+            t_env += time.perf_counter() - t0
+            total_reward += float(reward)
+            last_info = dict(info)
+            done = bool(terminated or truncated)
+            next_prompt = [int(t) for t in obs["prompt_ids"]]
+
+            if step_mode:
+                steps.append(
+                    {
+                        "prompt_ids": np.asarray(prompt, dtype=np.int64),
+                        "response_ids": np.asarray(ids, dtype=np.int64),
+                        "logprobs": None if lps is None else np.asarray(lps, dtype=np.float32),
+                        "reward": float(reward),
+                        "new_segment": bool(info.get("new_segment", False)),
+                    }
+                )
+            else:
+                if info.get("new_segment"):
+                    raise ConcatModeError(
+                        f"{env_id} rewrote its context at turn {info.get('turn')} (info['new_segment']); a "
+                        "trajectory with several segments is not one token sequence. Train this env in step "
+                        "mode: agent_name=agent_gym_step (export with --mode step) and "
+                        "python -m agent_gym_verl.main_ppo."
+                    )
+                head = len(prompt) + len(ids)
+                if next_prompt[: len(prompt)] != prompt or next_prompt[len(prompt) : head] != ids:
+                    raise ConcatModeError(
+                        f"{env_id} broke the no-drift invariant at turn {info.get('turn')}: the next prompt ids "
+                        "do not start with previous prompt ids + action ids"
+                    )
+                response.extend(ids)
+                mask.extend([1] * len(ids))
+                if logprobs is not None:
+                    if lps is None:
+                        logprobs = None
+                    else:
+                        logprobs.extend(lps)
+                if not done:
+                    appended = next_prompt[head:]
+                    response.extend(appended)
+                    mask.extend([0] * len(appended))
+                    if logprobs is not None:
+                        logprobs.extend([0.0] * len(appended))
+                    env_turns += 1
+            if step_mode and not done:
+                env_turns += 1
+            prompt = next_prompt
+            if done:
+                break
+        else:
+            truncated_reason = "max_steps"
+
+        if not done and truncated_reason is None:
+            truncated_reason = "max_steps"
+        if truncated_reason is None and last_info.get("truncated_reason"):
+            truncated_reason = str(last_info["truncated_reason"])
+
+        if step_mode:
+            if not steps:
+                raise RuntimeError(f"{env_id}: the episode made no step (max_steps={self.max_steps})")
+            first = steps[0]
+            out_prompt = first_prompt
+            out_response = [int(t) for t in first["response_ids"]]
+            out_mask = [1] * len(out_response)
+            out_logprobs = None if first["logprobs"] is None else [float(x) for x in first["logprobs"]]
+        else:
+            if len(response) > self.response_length:
+                truncated_reason = truncated_reason or "response_length"
+                response, mask = response[: self.response_length], mask[: self.response_length]
+                if logprobs is not None:
+                    logprobs = logprobs[: self.response_length]
+            out_prompt, out_response, out_mask = first_prompt, response, mask
+            out_logprobs = logprobs if logprobs else None
+
+        turns = int(last_info.get("turn", len(steps) if step_mode else 0))
+        components = {str(k): float(v) for k, v in (last_info.get("reward_components") or {}).items()}
+        correct = last_info.get("correct")
+        extra_fields: dict[str, Any] = {
+            "agent_gym_env_id": env_id,
+            "agent_gym_task_id": None if task_id is None else str(task_id),
+            "agent_gym_turns": turns,
+            "agent_gym_reward_components": components,
+            "agent_gym_truncated_reason": truncated_reason,
+            # verl puts these in non_tensor_batch and reports them per data source in validation.
+            "reward_extra_info": {
+                "acc": float(bool(correct)),
+                "turns": float(turns),
+                "tool_calls": float(last_info.get("tool_calls", 0)),
+                "tool_errors": float(last_info.get("tool_errors", 0)),
+                "format_errors": float(last_info.get("format_errors", 0)),
+                "truncated": float(truncated_reason is not None),
+            },
+        }
+        if step_mode:
+            extra_fields[STEPS_KEY] = steps
+        return compat.AgentLoopOutput(
+            prompt_ids=out_prompt,
+            response_ids=out_response,
+            response_mask=out_mask,
+            response_logprobs=out_logprobs,
+            reward_score=total_reward,
+            # verl's meaning: chat turns incl. the first user turn, assistant turns and env replies.
+            num_turns=1 + turns + env_turns,
+            metrics=compat.make_metrics(generate_sequences=t_gen, tool_calls=t_env),
+            extra_fields=extra_fields,
+        )
+
+
+class AgentGymStepAgentLoop(AgentGymAgentLoop):
+    """Step mode: one training sample per env step (see the module docstring)."""
+
+    mode = "step"
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        flag = self.config.get("agent_gym", None) or {}
+        if not flag.get("step_trainer", False):
+            raise RuntimeError(
+                "the agent_gym_step agent loop returns one row per trajectory that only the agent-gym trainer "
+                "expands into step samples; run `python -m agent_gym_verl.main_ppo ...` (with "
+                "trainer.use_v1=False on verl 0.9), not verl.trainer.main_ppo, or use agent_name=agent_gym "
+                "(concat mode) with stock verl"
+            )
+
+
+compat.register("agent_gym")(AgentGymAgentLoop)
+compat.register("agent_gym_step")(AgentGymStepAgentLoop)

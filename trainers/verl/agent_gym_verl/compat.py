@@ -1,0 +1,170 @@
+"""Everything that differs between verl 0.7.x and 0.9.x, in one place.
+
+The rest of the adapter imports verl only through this module. What differs (read from the installed
+sources of verl 0.7.0 and 0.9.1):
+
+==============================  =====================================  ======================================
+what                            verl 0.7.0                             verl 0.9.1
+==============================  =====================================  ======================================
+server manager given to loops   ``AsyncLLMServerManager``              ``LLMServerClient`` (``llm_server``)
+``generate(...)`` returns       ``TokenOutput(token_ids, log_probs)``  the same, plus ``num_preempted`` and
+                                                                       ``extra_fields``
+``AgentLoopBase.__init__``      ``dataset_config=DictConfig``          ``data_config=DictConfigWrap``,
+                                                                       ``hf_model_type``, ``tools``
+``AgentLoopMetrics`` fields     generate_sequences, tool_calls         + compute_score, num_preempted
+agent-loop worker               ``AgentLoopWorkerBase(config,          ``AgentLoopWorker(config,
+                                server_handles, reward_router)``       llm_client, teacher, reward_handles)``
+legacy ``TaskRunner`` module    ``verl.trainer.main_ppo``              ``verl.trainer.main_ppo_v0``
+                                                                       (and ``trainer.use_v1=False``)
+advantage estimators            11                                     14 (+ optimal-token baselines, GDPO)
+==============================  =====================================  ======================================
+
+Identical in both (and relied on): ``register``, ``AgentLoopOutput`` (prompt_ids, response_ids,
+response_mask, response_logprobs, reward_score, num_turns, metrics, extra_fields), one agent-loop
+output per dataset row (``_run_agent_loop`` post-processes exactly one output), ``extra_fields``
+landing in ``non_tensor_batch``, ``RayPPOTrainer._balance_batch`` mutating the batch in place right
+after rollout, and ``ray_trainer.compute_advantage`` being looked up as a module global by ``fit``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import version as _dist_version
+from typing import Any
+
+from verl import DataProto  # noqa: F401  (re-exported)
+from verl.experimental.agent_loop.agent_loop import (  # noqa: F401  (re-exported)
+    AgentLoopBase,
+    AgentLoopMetrics,
+    AgentLoopOutput,
+    DictConfigWrap,
+    register,
+)
+from verl.trainer.ppo import core_algos  # noqa: F401  (re-exported)
+from verl.trainer.ppo.core_algos import AdvantageEstimator  # noqa: F401  (re-exported)
+
+__all__ = [
+    "VERL_VERSION",
+    "VERL_SERIES",
+    "AgentLoopBase",
+    "AgentLoopMetrics",
+    "AgentLoopOutput",
+    "AdvantageEstimator",
+    "DataProto",
+    "DictConfigWrap",
+    "core_algos",
+    "register",
+    "token_output",
+    "make_metrics",
+    "agent_loop_init_kwargs",
+    "make_agent_loop_worker",
+    "task_runner_module",
+    "ray_trainer_module",
+    "estimator_names",
+    "registered_estimator_fn",
+]
+
+VERL_VERSION: str = _dist_version("verl")
+_parts = VERL_VERSION.split(".")
+#: ``(major, minor)`` of the installed verl, e.g. ``(0, 7)`` or ``(0, 9)``.
+VERL_SERIES: tuple[int, int] = (int(_parts[0]), int("".join(c for c in _parts[1] if c.isdigit()) or 0))
+#: True for the 0.7/0.8 layout (``AsyncLLMServerManager``, ``main_ppo.TaskRunner``).
+LEGACY_LAYOUT: bool = VERL_SERIES < (0, 9)
+
+if VERL_SERIES < (0, 7) or VERL_SERIES >= (0, 10):
+    import warnings
+
+    warnings.warn(
+        f"agent_gym_verl is tested with verl 0.7.0 and 0.9.1; verl {VERL_VERSION} is installed",
+        RuntimeWarning,
+        stacklevel=2,
+    )
+
+
+def token_output(output: Any) -> tuple[list[int], list[float] | None]:
+    """``(token_ids, log_probs)`` from what a server manager's ``generate`` returned.
+
+    Both versions return a pydantic ``TokenOutput``; a dict or a ``(ids, logprobs)`` pair is accepted
+    too, for custom server managers.
+    """
+    if isinstance(output, dict):
+        ids, lps = output.get("token_ids"), output.get("log_probs")
+    elif isinstance(output, (tuple, list)) and len(output) == 2 and not isinstance(output[0], int):
+        ids, lps = output
+    else:
+        ids, lps = getattr(output, "token_ids"), getattr(output, "log_probs", None)
+    ids = [int(t) for t in ids]
+    if lps is not None:
+        lps = [float(x) for x in lps]
+        if not lps and ids:
+            lps = None  # logprobs were not requested
+    return ids, lps
+
+
+def make_metrics(**values: float) -> AgentLoopMetrics:
+    """An ``AgentLoopMetrics`` with the fields this verl version has (others are dropped)."""
+    fields = AgentLoopMetrics.model_fields
+    return AgentLoopMetrics(**{k: v for k, v in values.items() if k in fields})
+
+
+def agent_loop_init_kwargs(config: Any, server_manager: Any, tokenizer: Any, processor: Any = None) -> dict[str, Any]:
+    """Constructor arguments of an ``AgentLoopBase`` subclass, as this verl's worker passes them."""
+    from verl.utils.dataset.rl_dataset import get_dataset_class
+
+    kwargs: dict[str, Any] = {
+        "trainer_config": DictConfigWrap(config=config),
+        "server_manager": server_manager,
+        "tokenizer": tokenizer,
+        "processor": processor,
+        "dataset_cls": get_dataset_class(config.data),
+    }
+    if LEGACY_LAYOUT:
+        kwargs["dataset_config"] = config.data
+    else:
+        from verl.experimental.agent_loop.agent_loop import ToolListWrap
+
+        kwargs["data_config"] = DictConfigWrap(config.data)
+        kwargs["hf_model_type"] = None
+        kwargs["tools"] = ToolListWrap([])
+    return kwargs
+
+
+def make_agent_loop_worker(config: Any, server_manager: Any) -> Any:
+    """verl's own agent-loop worker (not a Ray actor), generating through ``server_manager``.
+
+    The worker is verl's class unchanged: it reads the agent-loop config file, instantiates the agent
+    loop named in each row, pads and stacks the outputs into a ``DataProto``. Only the server it asks
+    for tokens is ours (tests use one backed by transformers on CPU instead of vLLM).
+    """
+    from verl.experimental.agent_loop import agent_loop as al
+
+    if LEGACY_LAYOUT:
+
+        class _Worker(al.AgentLoopWorkerBase):
+            def __init__(self) -> None:
+                # verl keeps a preset server_manager ("for recipe to change").
+                self.server_manager = server_manager
+                super().__init__(config, server_handles=[], reward_router_address=None)
+
+        return _Worker()
+    return al.AgentLoopWorker(config, llm_client=server_manager, teacher_client=None, reward_loop_worker_handles=None)
+
+
+def task_runner_module() -> Any:
+    """The module whose ``TaskRunner`` builds the legacy ``RayPPOTrainer`` (looked up by name)."""
+    return importlib.import_module("verl.trainer.main_ppo" if LEGACY_LAYOUT else "verl.trainer.main_ppo_v0")
+
+
+def ray_trainer_module() -> Any:
+    """``verl.trainer.ppo.ray_trainer`` (holds ``RayPPOTrainer`` and ``compute_advantage``)."""
+    return importlib.import_module("verl.trainer.ppo.ray_trainer")
+
+
+def estimator_names() -> list[str]:
+    """The values of this verl's ``AdvantageEstimator`` enum, enumerated at run time."""
+    return [e.value for e in AdvantageEstimator]
+
+
+def registered_estimator_fn(name: str) -> Any:
+    """verl's advantage function registered under ``name``."""
+    return core_algos.get_adv_estimator_fn(name)

@@ -1,0 +1,248 @@
+"""Export any registered env's task source to verl's parquet format.
+
+    agent-gym export-verl AgentR1/GSM8KTool-v0 --split train --out ~/data/gsm8k_tool
+    python -m agent_gym_verl.export AgentR1/GSM8KTool-v0 --split train --split test --out DIR
+
+One row per task of the env's own task list (``env.tasks``), in verl's RL dataset layout:
+
+- ``data_source``: the env id (or ``--data-source``), verl's per-source metric key;
+- ``prompt``: the chat the env opens the episode with (``role``/``content`` messages); verl uses it for
+  length filtering and validation logs; the agent loop renders its own prompt from the env;
+- ``ability``: what the task exercises (``--ability``, default from the env, else ``"agent"``);
+- ``reward_model``: ``{"style": "rule", "ground_truth": <the task's answer as text>}``; the agent
+  loop takes the reward from the env, this is for reference and for verl's own scorers;
+- ``extra_info``: ``{"split", "index", "env_id", "task_id", "env_kwargs" (JSON text), "question"}``;
+- ``agent_name``: ``agent_gym`` (concat mode) or ``agent_gym_step`` (step mode);
+- ``env_id``: the env id again as a column (the agent loop accepts either).
+
+The row is built from the env, so a task exported this way comes back by
+``gym.make(env_id, **env_kwargs).reset(options={"task_id": task_id})``. Needs ``pyarrow`` (installed
+with verl); does not import verl.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+__all__ = ["export_env", "rows_for_env", "main", "AGENT_NAMES"]
+
+#: ``--mode`` -> the agent loop name a row selects.
+AGENT_NAMES = {"concat": "agent_gym", "step": "agent_gym_step"}
+
+
+def _accepts(env_cls: Any, name: str) -> bool:
+    try:
+        params = inspect.signature(env_cls.__init__).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def _make_env(env_id: str, split: str | None, env_kwargs: Mapping[str, Any], tokenizer: Any) -> Any:
+    import gymnasium as gym
+
+    import agent_gym  # noqa: F401  (registers every installed env package)
+
+    spec = gym.spec(env_id)
+    kwargs = dict(env_kwargs)
+    if split is not None:
+        entry = spec.entry_point
+        cls = gym.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
+        if not _accepts(cls, "split"):
+            raise ValueError(f"{env_id} takes no split argument; export it without --split")
+        kwargs["split"] = split
+    return gym.make(env_id, tokenizer=tokenizer, **kwargs)
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True)
+    return str(value)
+
+
+def _task_field(task: Any, name: str) -> Any:
+    if isinstance(task, Mapping):
+        return task.get(name)
+    return getattr(task, name, None)
+
+
+def rows_for_env(
+    env_id: str,
+    split: str | None = "train",
+    *,
+    env_kwargs: Mapping[str, Any] | None = None,
+    mode: str = "concat",
+    data_source: str | None = None,
+    ability: str | None = None,
+    limit: int | None = None,
+    tokenizer: Any = None,
+) -> Iterable[dict[str, Any]]:
+    """The verl rows of ``env_id``'s tasks (see the module docstring)."""
+    if mode not in AGENT_NAMES:
+        raise ValueError(f"mode must be one of {sorted(AGENT_NAMES)}, got {mode!r}")
+    env_kwargs = dict(env_kwargs or {})
+    env = _make_env(env_id, split, env_kwargs, tokenizer)
+    base = env.unwrapped
+    tasks = getattr(base, "tasks", None)
+    if tasks is None:
+        raise ValueError(
+            f"{env_id} has no finite task list (env.tasks); only envs with a fixed task source can be exported"
+        )
+    tools = [t.schema() for t in getattr(base, "tools", [])]
+    # The split is an env argument too: the agent loop must make the env on the same split.
+    row_kwargs = dict(env_kwargs)
+    if split is not None:
+        row_kwargs["split"] = split
+    env_kwargs_json = json.dumps(row_kwargs, sort_keys=True)
+    source = data_source or env_id
+    skill = ability or getattr(base, "ability", None) or "agent"
+    for index, task in enumerate(tasks):
+        if limit is not None and index >= limit:
+            break
+        task_id = base.task_id_of(task)
+        if task_id is None:
+            raise ValueError(f"{env_id}: task {index} has no id; tasks need ids to be exported")
+        messages = [
+            {"role": str(m["role"]), "content": _text(m.get("content"))} for m in base.initial_messages(task)
+        ]
+        answer = _task_field(task, "answer")
+        yield {
+            "data_source": source,
+            "prompt": messages,
+            "ability": skill,
+            "reward_model": {"style": "rule", "ground_truth": _text(answer)},
+            "extra_info": {
+                "split": split or "",
+                "index": index,
+                "env_id": env_id,
+                "task_id": str(task_id),
+                "env_kwargs": env_kwargs_json,
+                "question": _text(_task_field(task, "question")),
+                "tools": json.dumps(tools, sort_keys=True),
+            },
+            "agent_name": AGENT_NAMES[mode],
+            "env_id": env_id,
+        }
+    env.close()
+
+
+def export_env(
+    env_id: str,
+    split: str | None,
+    out_dir: str | os.PathLike[str],
+    *,
+    filename: str | None = None,
+    env_kwargs: Mapping[str, Any] | None = None,
+    mode: str = "concat",
+    data_source: str | None = None,
+    ability: str | None = None,
+    limit: int | None = None,
+    tokenizer: Any = None,
+) -> Path:
+    """Write ``<out_dir>/<split>.parquet`` (or ``filename``) for ``env_id``; returns its path."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = list(
+        rows_for_env(
+            env_id,
+            split,
+            env_kwargs=env_kwargs,
+            mode=mode,
+            data_source=data_source,
+            ability=ability,
+            limit=limit,
+            tokenizer=tokenizer,
+        )
+    )
+    if not rows:
+        raise ValueError(f"{env_id} split {split!r}: no tasks to export")
+    out = Path(os.path.expanduser(os.fspath(out_dir)))
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / (filename or f"{split or 'tasks'}.parquet")
+    schema = pa.schema(
+        [
+            ("data_source", pa.string()),
+            ("prompt", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
+            ("ability", pa.string()),
+            ("reward_model", pa.struct([("style", pa.string()), ("ground_truth", pa.string())])),
+            (
+                "extra_info",
+                pa.struct(
+                    [
+                        ("split", pa.string()),
+                        ("index", pa.int64()),
+                        ("env_id", pa.string()),
+                        ("task_id", pa.string()),
+                        ("env_kwargs", pa.string()),
+                        ("question", pa.string()),
+                        ("tools", pa.string()),
+                    ]
+                ),
+            ),
+            ("agent_name", pa.string()),
+            ("env_id", pa.string()),
+        ]
+    )
+    table = pa.Table.from_pylist(rows, schema=schema)
+    tmp = path.with_name(path.name + ".tmp")
+    pq.write_table(table, tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def build_parser(prog: str = "agent-gym export-verl") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="Export an env's tasks to verl's parquet format.")
+    p.add_argument("env_id", help="a registered env id, e.g. AgentR1/GSM8KTool-v0")
+    p.add_argument("--split", action="append", help="split to export (repeatable; default: train and test)")
+    p.add_argument("--out", "--local_save_dir", dest="out", required=True, help="output folder (<split>.parquet)")
+    p.add_argument("--mode", choices=sorted(AGENT_NAMES), default="concat", help="agent loop the rows select")
+    p.add_argument("--env-kwargs", default="{}", help="JSON object of gym.make arguments stored in every row")
+    p.add_argument("--data-source", default=None, help="data_source column (default: the env id)")
+    p.add_argument("--ability", default=None, help="ability column (default: the env's, else 'agent')")
+    p.add_argument("--limit", type=int, default=None, help="export only the first N tasks of each split")
+    p.add_argument("--tokenizer", default=None, help="tokenizer for the env while exporting (default: embedded)")
+    p.add_argument("--data-dir", default=None, help="passed to the env as data_dir= (e.g. GSM8K jsonl folder)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None, *, prog: str = "agent-gym export-verl") -> int:
+    """Command line: ``agent-gym export-verl ID --split train --out DIR`` (returns an exit code)."""
+    args = build_parser(prog).parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        env_kwargs = json.loads(args.env_kwargs)
+        if not isinstance(env_kwargs, dict):
+            raise ValueError("--env-kwargs must be a JSON object")
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.data_dir:
+        env_kwargs["data_dir"] = args.data_dir
+    for split in args.split or ["train", "test"]:
+        path = export_env(
+            args.env_id,
+            split,
+            args.out,
+            env_kwargs=env_kwargs,
+            mode=args.mode,
+            data_source=args.data_source,
+            ability=args.ability,
+            limit=args.limit,
+            tokenizer=args.tokenizer,
+        )
+        import pyarrow.parquet as pq
+
+        print(f"{args.env_id} [{split}] -> {path} ({pq.read_metadata(path).num_rows} rows)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(prog="python -m agent_gym_verl.export"))

@@ -1,0 +1,76 @@
+"""verl's PPO entry point with the agent-gym trainer extension.
+
+    python -m agent_gym_verl.main_ppo <the usual verl hydra options>
+
+It is verl's own ``verl.trainer.main_ppo.main`` (same config, same validation, same Ray set-up); the
+only change is the ``TaskRunner`` it starts: a subclass of verl's legacy ``TaskRunner`` that, inside
+its Ray actor, builds :func:`agent_gym_verl.trainer.agent_gym_trainer_class` instead of
+``RayPPOTrainer`` and marks the config (``agent_gym.step_trainer=True``) so that the step-mode agent
+loop can refuse to run under a trainer that would not expand its rows. Concat mode needs none of
+this (stock ``python -m verl.trainer.main_ppo`` runs it); here it also gets the ``agent_gym/*`` env
+metrics in the training log.
+
+verl 0.9.x: pass ``trainer.use_v1=False`` (the v1 trainer needs TransferQueue and has no such seam).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
+
+from agent_gym_verl import compat
+
+__all__ = ["install", "main", "STEP_TRAINER_FLAG"]
+
+#: Config key (top level) that the step-mode agent loop checks.
+STEP_TRAINER_FLAG = "agent_gym"
+
+
+def _plain_class(cls: Any) -> type:
+    """verl 0.9's ``TaskRunner`` is a Ray actor class; its Python class is ``__ray_actor_class__``."""
+    return getattr(cls, "__ray_actor_class__", cls)
+
+
+def agent_gym_task_runner_class() -> type:
+    module = compat.task_runner_module()
+    base = _plain_class(getattr(module, "_agent_gym_original_TaskRunner", module.TaskRunner))
+
+    class AgentGymTaskRunner(base):  # type: ignore[misc, valid-type]
+        def run(self, config: Any) -> Any:
+            from omegaconf import open_dict
+
+            from agent_gym_verl.trainer import agent_gym_trainer_class
+
+            runner_module = compat.task_runner_module()
+            runner_module.RayPPOTrainer = agent_gym_trainer_class(compat.ray_trainer_module().RayPPOTrainer)
+            with open_dict(config):
+                config[STEP_TRAINER_FLAG] = {"step_trainer": True}
+            return super().run(config)
+
+    return AgentGymTaskRunner
+
+
+def install() -> None:
+    """Make verl's ``main`` start the agent-gym ``TaskRunner`` (idempotent)."""
+    module = compat.task_runner_module()
+    if not hasattr(module, "_agent_gym_original_TaskRunner"):
+        module._agent_gym_original_TaskRunner = module.TaskRunner
+    runner = agent_gym_task_runner_class()
+    if compat.LEGACY_LAYOUT:
+        module.TaskRunner = runner  # run_ppo wraps it with ray.remote(num_cpus=1)
+    else:
+        import ray
+
+        module.TaskRunner = ray.remote(runner)
+
+
+def main(argv: list[str] | None = None) -> None:
+    if argv is not None:
+        sys.argv = [sys.argv[0], *argv]
+    install()
+    importlib.import_module("verl.trainer.main_ppo").main()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,469 @@
+"""Step mode: expand trajectory rows into step samples, and trajectory-aware advantages.
+
+Batch expansion (:func:`expand_step_batch`)
+    After rollout a step-mode batch has one row per trajectory (its first step) whose
+    ``non_tensor_batch["agent_gym_steps"]`` holds every step (prompt ids, action ids, log-probs,
+    reward). Expansion turns it into one row per step: prompt = the step's prompt ids (left-padded),
+    response = the step's action (right-padded), ``response_mask`` 1 on the action, ``rm_scores`` = the
+    step's reward on its last token, ``rollout_log_probs`` when the rollout recorded them. Every other
+    per-row field (uid, data_source, extra_info, ...) is copied to each of the trajectory's steps, and
+    three fields are added: ``agent_gym_traj`` (trajectory id), ``agent_gym_step`` (0-based step
+    index) and ``agent_gym_num_steps``. Tensors are padded only to the batch's longest step prompt
+    and longest step response (not to ``rollout.prompt_length``/``response_length``); the padding
+    fraction is reported. Rows without steps (concat-mode rows) pass through as one sample each. A
+    few padding rows (copies with an all-zero ``response_mask``, flagged ``agent_gym_is_pad``) make
+    the row count divisible by the data-parallel size; they carry no loss.
+
+Advantages (:func:`compute_step_advantage`)
+    The trajectory is the unit. For each trajectory the policy tokens of all its steps are laid end
+    to end in step order (the *trajectory view*: exactly the policy tokens concat mode would have,
+    with their token-level rewards and, for GAE, the critic's values of each step's own context), and
+    verl's own ``compute_advantage`` runs on that view, one row per trajectory, with the prompt's
+    ``uid`` as group index. The advantages are then written back to the step rows. So
+
+    - GRPO normalises each trajectory's return within its uid group and every step of the trajectory
+      gets that advantage; a trajectory counts once in the group statistics however many steps it
+      has (RLOO, GRPO-pass@k, OPO, GPG, REINFORCE++(-baseline): likewise, with verl's own formulas);
+    - GAE runs over the trajectory's policy tokens with each step's value estimates (critic needed);
+    - REMAX and GDPO are rejected, and so is any estimator this module does not know (an estimator
+      added to verl's ``AdvantageEstimator`` enum later is rejected at start-up, never run silently).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from agent_gym_verl import compat
+from agent_gym_verl.agent_loop import STEPS_KEY
+
+__all__ = [
+    "STEPS_KEY",
+    "TRAJ_KEY",
+    "STEP_KEY",
+    "NUM_STEPS_KEY",
+    "PAD_KEY",
+    "SUPPORTED_ESTIMATORS",
+    "REJECTED_ESTIMATORS",
+    "StepModeError",
+    "check_estimator",
+    "estimator_support",
+    "is_step_batch",
+    "is_expanded",
+    "expand_step_batch",
+    "compute_step_advantage",
+    "trajectory_metrics",
+]
+
+TRAJ_KEY = "agent_gym_traj"
+STEP_KEY = "agent_gym_step"
+NUM_STEPS_KEY = "agent_gym_num_steps"
+PAD_KEY = "agent_gym_is_pad"
+
+#: Estimators step mode runs on the trajectory view (their values in verl's enum).
+SUPPORTED_ESTIMATORS: frozenset[str] = frozenset(
+    {
+        "gae",
+        "grpo",
+        "grpo_vectorized",
+        "grpo_passk",
+        "rloo",
+        "rloo_vectorized",
+        "opo",
+        "gpg",
+        "reinforce_plus_plus",
+        "reinforce_plus_plus_baseline",
+        "optimal_token_baseline",
+        "tir_optimal_token_baseline",
+    }
+)
+#: Estimators step mode refuses, and why.
+REJECTED_ESTIMATORS: dict[str, str] = {
+    "remax": "REMAX's greedy baseline rollout is a second generation pass whose rows verl merges with "
+    "the sampled ones before step expansion; use grpo, rloo or reinforce_plus_plus_baseline instead",
+    "gdpo": "GDPO reads per-dimension rewards from reward_extra_info keyed by row; agent-gym envs report "
+    "one scalar return per trajectory (components are in info['reward_components']); use grpo",
+}
+
+# Per-token tensors some estimators read besides rewards and mask (gathered into the view as well).
+_TOKEN_KEYS = ("values", "old_log_probs", "sum_pi_squared", "rollout_is_weights")
+# Per-row tensors whose width is a sequence length: rebuilt by expansion, never copied.
+_SEQ_KEYS = (
+    "prompts",
+    "responses",
+    "response_mask",
+    "input_ids",
+    "attention_mask",
+    "position_ids",
+    "rollout_log_probs",
+    "rm_scores",
+)
+
+
+class StepModeError(ValueError):
+    """A setting that step mode cannot honour (raised at start-up or on the first batch)."""
+
+
+def estimator_support() -> dict[str, str | None]:
+    """Every value of the installed verl's ``AdvantageEstimator`` enum -> ``None`` when step mode
+    supports it, else the reason it is rejected (enumerated at run time)."""
+    table: dict[str, str | None] = {}
+    for name in compat.estimator_names():
+        if name in SUPPORTED_ESTIMATORS:
+            table[name] = None
+        elif name in REJECTED_ESTIMATORS:
+            table[name] = REJECTED_ESTIMATORS[name]
+        else:
+            table[name] = (
+                f"it is new in verl {compat.VERL_VERSION} and agent_gym_verl does not know whether it is "
+                "meaningful per trajectory"
+            )
+    return table
+
+
+def check_estimator(name: Any, algo_config: Any = None) -> str:
+    """Raise :class:`StepModeError` unless step mode supports advantage estimator ``name``."""
+    value = name.value if hasattr(name, "value") else str(name)
+    supported = sorted(k for k, v in estimator_support().items() if v is None)
+    table = estimator_support()
+    if value not in table:
+        raise StepModeError(
+            f"step mode: algorithm.adv_estimator={value!r} is not one of verl {compat.VERL_VERSION}'s "
+            f"AdvantageEstimator values; step mode supports {supported}"
+        )
+    if table[value] is not None:
+        raise StepModeError(
+            f"step mode does not support algorithm.adv_estimator={value!r}: {table[value]}. Supported: {supported}"
+        )
+    if value == "gae" and algo_config is not None and _cfg_get(algo_config, "use_pf_ppo", False):
+        raise StepModeError("step mode: algorithm.use_pf_ppo re-samples rows, which would split trajectories; turn it off")
+    return value
+
+
+def _cfg_get(cfg: Any, key: str, default: Any) -> Any:
+    try:
+        return cfg.get(key, default)
+    except AttributeError:
+        return getattr(cfg, key, default)
+
+
+def is_step_batch(batch: Any) -> bool:
+    """True when ``batch`` holds step-mode trajectory rows still to expand."""
+    steps = batch.non_tensor_batch.get(STEPS_KEY)
+    return steps is not None and any(s is not None and len(s) > 0 for s in steps)
+
+
+def is_expanded(batch: Any) -> bool:
+    """True when ``batch`` has been through :func:`expand_step_batch`."""
+    return TRAJ_KEY in batch.non_tensor_batch
+
+
+# -- expansion -------------------------------------------------------------------------------------------
+
+
+def _row_sample(batch: Any, i: int) -> dict[str, Any]:
+    """A concat-mode (or any un-expanded) row as one sample: its unpadded pieces."""
+    b = batch.batch
+    width = b["prompts"].shape[1]
+    attn = b["attention_mask"][i]
+    p_valid = attn[:width].bool()
+    r_valid = attn[width:].bool()
+    sample = {
+        "prompt": b["prompts"][i][p_valid].tolist(),
+        "response": b["responses"][i][r_valid].tolist(),
+        "mask": b["response_mask"][i][r_valid].tolist(),
+        "logprobs": b["rollout_log_probs"][i][r_valid].tolist() if "rollout_log_probs" in b.keys() else None,
+        "rewards": b["rm_scores"][i][r_valid].tolist() if "rm_scores" in b.keys() else None,
+    }
+    return sample
+
+
+def _step_sample(step: dict[str, Any]) -> dict[str, Any]:
+    response = [int(t) for t in np.asarray(step["response_ids"]).tolist()]
+    rewards = [0.0] * len(response)
+    if response:
+        rewards[-1] = float(step.get("reward", 0.0))
+    lps = step.get("logprobs")
+    return {
+        "prompt": [int(t) for t in np.asarray(step["prompt_ids"]).tolist()],
+        "response": response,
+        "mask": [1] * len(response),
+        "logprobs": None if lps is None else [float(x) for x in np.asarray(lps).tolist()],
+        "rewards": rewards,
+        "reward_no_tokens": float(step.get("reward", 0.0)) if not response else 0.0,
+    }
+
+
+def expand_step_batch(batch: Any, *, pad_token_id: int = 0, pad_to_multiple: int = 1) -> tuple[Any, dict[str, float]]:
+    """One row per env step (see the module docstring). Returns the new ``DataProto`` and metrics."""
+    DataProto = compat.DataProto
+    b = batch.batch
+    n_rows = len(batch)
+    for key in b.keys():
+        if key in ("routed_experts", "teacher_logprobs", "teacher_ids"):
+            raise StepModeError(f"step mode cannot expand rows carrying {key!r} (router replay / distillation)")
+    if "position_ids" in b.keys() and b["position_ids"].dim() != 2:
+        raise StepModeError("step mode supports text models only (position_ids must be 2-D)")
+    if "multi_modal_inputs" in batch.non_tensor_batch and any(
+        m for m in batch.non_tensor_batch["multi_modal_inputs"] if m
+    ):
+        raise StepModeError("step mode supports text models only (multi_modal_inputs found)")
+    seq_widths = {b["prompts"].shape[1] + b["responses"].shape[1], b["responses"].shape[1]}
+    copy_keys = []
+    for key in b.keys():
+        if key in _SEQ_KEYS:
+            continue
+        t = b[key]
+        if t.dim() >= 2 and t.shape[1] in seq_widths and key not in ("reward_baselines", "dummy_tensor"):
+            raise StepModeError(
+                f"step mode cannot expand the per-token field {key!r} (it was computed on trajectory rows)"
+            )
+        copy_keys.append(key)
+
+    steps_col = batch.non_tensor_batch.get(STEPS_KEY)
+    samples: list[dict[str, Any]] = []
+    src: list[int] = []
+    traj: list[int] = []
+    step_idx: list[int] = []
+    num_steps: list[int] = []
+    for i in range(n_rows):
+        steps = None if steps_col is None else steps_col[i]
+        if steps is not None and len(steps) > 0:
+            for k, step in enumerate(steps):
+                samples.append(_step_sample(step))
+                src.append(i)
+                traj.append(i)
+                step_idx.append(k)
+                num_steps.append(len(steps))
+        else:
+            samples.append(_row_sample(batch, i))
+            src.append(i)
+            traj.append(i)
+            step_idx.append(0)
+            num_steps.append(1)
+    n_real = len(samples)
+    n_pad = (-n_real) % max(1, int(pad_to_multiple))
+    is_pad = [False] * n_real + [True] * n_pad
+    for k in range(n_pad):
+        # The shortest real sample, fully masked: a valid forward pass that carries no loss.
+        j = min(range(n_real), key=lambda s: len(samples[s]["prompt"]) + len(samples[s]["response"]))
+        pad = dict(samples[j])
+        pad["mask"] = [0] * len(pad["response"])
+        pad["rewards"] = [0.0] * len(pad["response"])
+        samples.append(pad)
+        src.append(src[j])
+        traj.append(-1 - k)
+        step_idx.append(0)
+        num_steps.append(1)
+
+    n = len(samples)
+    p_len = max(1, max(len(s["prompt"]) for s in samples))
+    r_len = max(1, max(len(s["response"]) for s in samples))
+    prompts = torch.full((n, p_len), pad_token_id, dtype=torch.long)
+    responses = torch.full((n, r_len), pad_token_id, dtype=torch.long)
+    response_mask = torch.zeros((n, r_len), dtype=torch.long)
+    attention = torch.zeros((n, p_len + r_len), dtype=torch.long)
+    has_lp = "rollout_log_probs" in b.keys() or any(s["logprobs"] is not None for s in samples[:n_real])
+    logprobs = torch.zeros((n, r_len), dtype=torch.float32) if has_lp else None
+    has_rm = "rm_scores" in b.keys() or steps_col is not None
+    rm_scores = torch.zeros((n, r_len), dtype=torch.float32) if has_rm else None
+    for row, s in enumerate(samples):
+        pl, rl = len(s["prompt"]), len(s["response"])
+        if pl:
+            prompts[row, p_len - pl :] = torch.tensor(s["prompt"], dtype=torch.long)
+            attention[row, p_len - pl : p_len] = 1
+        if rl:
+            responses[row, :rl] = torch.tensor(s["response"], dtype=torch.long)
+            response_mask[row, :rl] = torch.tensor(s["mask"], dtype=torch.long)
+            attention[row, p_len : p_len + rl] = 1
+            if logprobs is not None and s["logprobs"] is not None:
+                logprobs[row, :rl] = torch.tensor(s["logprobs"], dtype=torch.float32)
+            if rm_scores is not None and s["rewards"] is not None:
+                rm_scores[row, :rl] = torch.tensor(s["rewards"], dtype=torch.float32)
+    input_ids = torch.cat([prompts, responses], dim=1)
+    position_ids = torch.clamp(torch.cumsum(attention, dim=1) - 1, min=0)
+
+    src_t = torch.tensor(src, dtype=torch.long)
+    tensors: dict[str, torch.Tensor] = {
+        "prompts": prompts,
+        "responses": responses,
+        "response_mask": response_mask,
+        "input_ids": input_ids,
+        "attention_mask": attention,
+        "position_ids": position_ids,
+    }
+    if logprobs is not None:
+        tensors["rollout_log_probs"] = logprobs
+    if rm_scores is not None:
+        tensors["rm_scores"] = rm_scores
+    for key in copy_keys:
+        tensors[key] = b[key].index_select(0, src_t)
+
+    src_np = np.asarray(src, dtype=np.int64)
+    non_tensor: dict[str, np.ndarray] = {}
+    for key, arr in batch.non_tensor_batch.items():
+        if key == STEPS_KEY:
+            continue
+        non_tensor[key] = arr[src_np]
+    non_tensor[TRAJ_KEY] = np.asarray(traj, dtype=np.int64)
+    non_tensor[STEP_KEY] = np.asarray(step_idx, dtype=np.int64)
+    non_tensor[NUM_STEPS_KEY] = np.asarray(num_steps, dtype=np.int64)
+    non_tensor[PAD_KEY] = np.asarray(is_pad, dtype=bool)
+    if "uid" in non_tensor and n_pad:
+        uid = non_tensor["uid"].copy()
+        uid[n_real:] = [f"__agent_gym_pad_{k}__" for k in range(n_pad)]
+        non_tensor["uid"] = uid
+
+    out = DataProto.from_dict(tensors=tensors, non_tensors=non_tensor, meta_info=dict(batch.meta_info))
+
+    slots = n * (p_len + r_len)
+    real_tokens = int(attention[:n_real].sum())
+    fixed_slots = n_real * (int(b["prompts"].shape[1]) + int(b["responses"].shape[1]))
+    traj_steps = [len(s) for s in steps_col if s is not None and len(s) > 0] if steps_col is not None else []
+    metrics = {
+        "agent_gym/step/trajectories": float(n_rows),
+        "agent_gym/step/samples": float(n_real),
+        "agent_gym/step/pad_rows": float(n_pad),
+        "agent_gym/step/prompt_width": float(p_len),
+        "agent_gym/step/response_width": float(r_len),
+        # Share of the expanded tensors that is padding (incl. pad rows) ...
+        "agent_gym/step/padding_fraction": 1.0 - real_tokens / slots if slots else 0.0,
+        # ... and what padding every step to rollout.prompt_length + response_length would have cost.
+        "agent_gym/step/padding_fraction_if_fixed": 1.0 - real_tokens / fixed_slots if fixed_slots else 0.0,
+        "agent_gym/step/steps_per_traj/mean": float(np.mean(traj_steps)) if traj_steps else 1.0,
+        "agent_gym/step/steps_per_traj/max": float(np.max(traj_steps)) if traj_steps else 1.0,
+    }
+    return out, metrics
+
+
+# -- advantages ------------------------------------------------------------------------------------------
+
+
+def compute_step_advantage(
+    data: Any,
+    adv_estimator: Any,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    num_repeat: int = 1,
+    norm_adv_by_std_in_grpo: bool = True,
+    config: Any = None,
+    *,
+    base_compute_advantage: Callable[..., Any] | None = None,
+) -> Any:
+    """Trajectory-aware advantages for an expanded step batch (see the module docstring).
+
+    Same signature as verl's ``ray_trainer.compute_advantage``; ``base_compute_advantage`` is verl's
+    function (it runs on the trajectory view), default: the one in ``verl.trainer.ppo.ray_trainer``.
+    Writes ``advantages`` and ``returns`` into ``data.batch`` and returns ``data``.
+    """
+    name = check_estimator(adv_estimator, config)
+    base = base_compute_advantage or compat.ray_trainer_module().compute_advantage
+    b = data.batch
+    nt = data.non_tensor_batch
+    mask = b["response_mask"]
+    rewards = b["token_level_rewards"]
+    attn_resp = b["attention_mask"][:, -mask.shape[1] :]
+    n = mask.shape[0]
+    traj = nt[TRAJ_KEY]
+    steps = nt[STEP_KEY]
+    pad = nt.get(PAD_KEY, np.zeros(n, dtype=bool))
+    uid = nt.get("uid")
+    if uid is None:
+        raise StepModeError("step mode needs the trainer's per-prompt 'uid' to group trajectories")
+
+    groups: "OrderedDict[int, list[int]]" = OrderedDict()
+    for row in range(n):
+        if pad[row]:
+            continue
+        groups.setdefault(int(traj[row]), []).append(row)
+    order: list[tuple[int, list[int]]] = [(t, sorted(rows, key=lambda r: int(steps[r]))) for t, rows in groups.items()]
+
+    # Per trajectory: the (row, col) of every policy token, in step order.
+    positions: list[tuple[torch.Tensor, torch.Tensor]] = []
+    for _, rows in order:
+        r_idx, c_idx = [], []
+        for row in rows:
+            cols = torch.nonzero(mask[row] > 0, as_tuple=False).flatten()
+            r_idx.append(torch.full_like(cols, row))
+            c_idx.append(cols)
+        positions.append((torch.cat(r_idx) if r_idx else torch.zeros(0, dtype=torch.long),
+                          torch.cat(c_idx) if c_idx else torch.zeros(0, dtype=torch.long)))
+    n_traj = len(order)
+    width = max([1] + [len(p[0]) for p in positions])
+    view_rewards = torch.zeros((n_traj, width), dtype=rewards.dtype)
+    view_mask = torch.zeros((n_traj, width), dtype=mask.dtype)
+    view_tokens = {k: torch.zeros((n_traj, width), dtype=b[k].dtype) for k in _TOKEN_KEYS if k in b.keys()}
+    for t, ((_, rows), (r_idx, c_idx)) in enumerate(zip(order, positions)):
+        k = len(r_idx)
+        if k:
+            view_rewards[t, :k] = rewards[r_idx, c_idx]
+            view_mask[t, :k] = 1
+            for key, view in view_tokens.items():
+                view[t, :k] = b[key][r_idx, c_idx]
+        # Reward that sits on no policy token (e.g. a cut trajectory) still counts for the trajectory.
+        total = sum(float((rewards[row] * attn_resp[row]).sum()) for row in rows)
+        leftover = total - float(view_rewards[t].sum())
+        if abs(leftover) > 0:
+            view_rewards[t, max(k - 1, 0)] += leftover
+
+    view_tensors = {"token_level_rewards": view_rewards, "response_mask": view_mask, **view_tokens}
+    if "reward_baselines" in b.keys():
+        view_tensors["reward_baselines"] = torch.stack([b["reward_baselines"][rows[0]] for _, rows in order])
+    view_uid = np.asarray([uid[rows[0]] for _, rows in order], dtype=object)
+    view = compat.DataProto.from_dict(tensors=view_tensors, non_tensors={"uid": view_uid})
+    view = base(
+        view,
+        adv_estimator=adv_estimator,
+        gamma=gamma,
+        lam=lam,
+        num_repeat=num_repeat,
+        norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
+        config=config,
+    )
+    advantages = torch.zeros_like(rewards, dtype=torch.float32)
+    returns = torch.zeros_like(rewards, dtype=torch.float32)
+    for t, (r_idx, c_idx) in enumerate(positions):
+        k = len(r_idx)
+        if k:
+            advantages[r_idx, c_idx] = view.batch["advantages"][t, :k].to(advantages.dtype)
+            returns[r_idx, c_idx] = view.batch["returns"][t, :k].to(returns.dtype)
+    b["advantages"] = advantages
+    b["returns"] = returns
+    data.meta_info.setdefault("agent_gym", {})["adv_estimator"] = name
+    return data
+
+
+# -- metrics ---------------------------------------------------------------------------------------------
+
+
+def trajectory_metrics(batch: Any) -> dict[str, float]:
+    """Env metrics of a batch of trajectory rows (before expansion): turns, tool use, reward parts."""
+    nt = batch.non_tensor_batch
+    metrics: dict[str, float] = {}
+
+    def mean(key: str) -> float | None:
+        if key not in nt:
+            return None
+        vals = [float(v) for v in nt[key] if v is not None]
+        return float(np.mean(vals)) if vals else None
+
+    for key, name in (
+        ("agent_gym_turns", "turns"),
+        ("acc", "acc"),
+        ("tool_calls", "tool_calls"),
+        ("tool_errors", "tool_errors"),
+        ("format_errors", "format_errors"),
+        ("truncated", "truncated"),
+    ):
+        value = mean(key)
+        if value is not None:
+            metrics[f"agent_gym/{name}/mean"] = value
+    comps = nt.get("agent_gym_reward_components")
+    if comps is not None:
+        keys: Sequence[str] = sorted({k for c in comps if c for k in c})
+        for k in keys:
+            metrics[f"agent_gym/reward/{k}/mean"] = float(np.mean([float((c or {}).get(k, 0.0)) for c in comps]))
+    return metrics

@@ -1,0 +1,116 @@
+"""The small trainer extension step mode needs, without forking verl's trainer.
+
+:func:`agent_gym_trainer_class` subclasses verl's legacy ``RayPPOTrainer`` (0.7.x, and 0.9.x with
+``trainer.use_v1=False``) and touches two seams that both versions share:
+
+1. ``_balance_batch(batch, metrics)`` is the first thing ``fit`` does with the rollout batch after
+   ``batch.union(gen_batch_output)``, and it mutates the batch in place. The override logs the env
+   metrics of the trajectory rows (turns, tool calls, reward components: ``agent_gym/*``), expands
+   step-mode rows into step samples there (:func:`agent_gym_verl.step_advantage.expand_step_batch`,
+   padded to a multiple of the data-parallel size), then balances as verl would. ``balance_batch`` is
+   forced on so that the hook always runs; ``trainer.balance_batch=False`` still skips the reordering.
+   Everything after it (rewards from ``rm_scores``, old/ref log-probs, values, the actor and critic
+   updates) runs on the step samples.
+2. ``fit`` looks ``compute_advantage`` up as a global of ``verl.trainer.ppo.ray_trainer``; while
+   ``fit`` runs, that global is a wrapper that sends expanded step batches to
+   :func:`agent_gym_verl.step_advantage.compute_step_advantage` (which itself calls verl's function
+   on the trajectory view) and every other batch to verl's function unchanged. It is restored when
+   ``fit`` returns.
+
+At construction the trainer checks the settings step mode cannot honour (the advantage estimator,
+enumerated from verl's enum at run time; the v1 trainer) so that a bad run fails at start-up.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any
+
+from agent_gym_verl import compat
+from agent_gym_verl.step_advantage import (
+    StepModeError,
+    check_estimator,
+    compute_step_advantage,
+    expand_step_batch,
+    is_expanded,
+    is_step_batch,
+    trajectory_metrics,
+)
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["agent_gym_trainer_class", "step_aware_compute_advantage", "dataset_uses_step_mode", "STEP_AGENT_NAME"]
+
+STEP_AGENT_NAME = "agent_gym_step"
+
+
+def dataset_uses_step_mode(dataset: Any, default_agent_loop: str | None = None) -> bool:
+    """Whether a verl ``RLHFDataset`` has rows for the step-mode agent loop."""
+    frame = getattr(dataset, "dataframe", None)
+    if frame is None:
+        return False
+    names = getattr(frame, "column_names", None) or list(getattr(frame, "columns", []))
+    if "agent_name" not in names:
+        return default_agent_loop == STEP_AGENT_NAME
+    return STEP_AGENT_NAME in set(frame["agent_name"])
+
+
+def step_aware_compute_advantage(base: Any) -> Any:
+    """verl's ``compute_advantage`` (``base``), routing expanded step batches to step mode."""
+
+    @functools.wraps(base)
+    def compute_advantage(data: Any, *args: Any, **kwargs: Any) -> Any:
+        if is_expanded(data):
+            return compute_step_advantage(data, *args, base_compute_advantage=base, **kwargs)
+        return base(data, *args, **kwargs)
+
+    compute_advantage.__agent_gym_base__ = base  # type: ignore[attr-defined]
+    return compute_advantage
+
+
+@functools.lru_cache(maxsize=None)
+def agent_gym_trainer_class(base: type) -> type:
+    """A subclass of verl's ``RayPPOTrainer`` ``base`` with the step-mode hooks (see module docstring)."""
+
+    class AgentGymRayPPOTrainer(base):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            cfg = self.config
+            default_loop = cfg.actor_rollout_ref.rollout.agent.get("default_agent_loop", None)
+            self._agent_gym_step_mode = dataset_uses_step_mode(getattr(self, "train_dataset", None), default_loop)
+            if self._agent_gym_step_mode:
+                check_estimator(cfg.algorithm.adv_estimator, cfg.algorithm)
+                if cfg.trainer.get("use_v1", False):
+                    raise StepModeError("step mode runs on verl's legacy trainer: set trainer.use_v1=False")
+            from omegaconf import open_dict
+
+            self._agent_gym_balance = bool(cfg.trainer.get("balance_batch", True))
+            with open_dict(cfg):
+                cfg.trainer.balance_batch = True  # our hook lives in _balance_batch
+
+        def _balance_batch(self, batch: Any, metrics: dict, logging_prefix: str = "global_seqlen", keep_minibatch: bool = False):
+            metrics.update(trajectory_metrics(batch))
+            if is_step_batch(batch):
+                dp_size = self._get_dp_size(self.actor_rollout_wg, "actor")
+                pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+                expanded, stats = expand_step_batch(batch, pad_token_id=pad_id, pad_to_multiple=dp_size)
+                batch.batch = expanded.batch
+                batch.non_tensor_batch = expanded.non_tensor_batch
+                batch.meta_info.update(expanded.meta_info)
+                metrics.update(stats)
+            if not self._agent_gym_balance:
+                return None
+            return super()._balance_batch(batch, metrics, logging_prefix=logging_prefix, keep_minibatch=keep_minibatch)
+
+        def fit(self) -> Any:
+            module = compat.ray_trainer_module()
+            original = module.compute_advantage
+            module.compute_advantage = step_aware_compute_advantage(original)
+            try:
+                return super().fit()
+            finally:
+                module.compute_advantage = original
+
+    AgentGymRayPPOTrainer.__name__ = AgentGymRayPPOTrainer.__qualname__ = f"AgentGym{base.__name__}"
+    return AgentGymRayPPOTrainer
