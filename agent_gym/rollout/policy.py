@@ -8,7 +8,7 @@ an OpenAI-compatible server.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
@@ -81,6 +81,8 @@ class ScriptedPolicy:
     starts with an earlier prompt plus the ids generated for it continues that conversation; any
     other prompt opens a new one. With :func:`agent_gym.rollout.run_episodes`, conversation ``i`` is
     episode ``i`` (the driver fills free slots in episode order and lists prompts in slot order).
+    An env that rewrites its context (``info["new_segment"]``) breaks the prefix, so its next prompt
+    counts as a new conversation.
 
     Replies longer than ``max_new_tokens`` are cut and reported with ``finish_reason="length"``.
 
@@ -103,7 +105,7 @@ class ScriptedPolicy:
         script: Callable[[int, int], "str | Sequence[int]"],
         *,
         logprob: float | None = None,
-        max_remembered: int = 100_000,
+        max_remembered: int = 10_000,
     ):
         # Imported here so that `import agent_gym.rollout` stays free of transformers.
         from agent_gym.chat.template import ChatTemplate
@@ -119,12 +121,11 @@ class ScriptedPolicy:
 
     def reset(self) -> None:
         """Forget every conversation (the next prompt is conversation 0 again)."""
-        # (prompt + generated ids) -> [(conversation, turn)], oldest first; several entries can share
-        # a key when conversations have been identical so far.
-        self._open: OrderedDict[tuple[int, ...], list[tuple[int, int]]] = OrderedDict()
+        # (length, prefix hash) of a history (prompt + generated ids) -> (the history, the
+        # [(conversation, turn)] waiting on it, oldest first: conversations identical so far share it).
+        self._open: OrderedDict[tuple[int, int], tuple[tuple[int, ...], list[tuple[int, int]]]] = OrderedDict()
+        self._lengths: Counter[int] = Counter()  # lengths of the remembered histories
         self._conversations = 0
-        # How many remembered histories do not end with the stop ids (verbatim-id replies).
-        self._unaligned = 0
         self.calls = 0
         self.generated_tokens = 0
         self.outputs: list[Generation] = []
@@ -154,40 +155,52 @@ class ScriptedPolicy:
 
     def _locate(self, prompt: list[int]) -> tuple[int, int]:
         """(conversation, turn) of a prompt: continue the conversation whose history it extends."""
-        for end in self._candidate_ends(prompt):
-            key = tuple(prompt[:end])
-            waiting = self._open.get(key)
-            if waiting:
-                conversation, turn = waiting.pop(0)
-                if not waiting:
-                    self._forget(key)
-                return conversation, turn + 1
+        # Prefix hashes make each remembered length an O(1) probe, so a prompt costs O(its length +
+        # remembered lengths) however many finished conversations linger. Longest history first:
+        # the latest turn of a conversation is the one that continues.
+        hashes = _prefix_hashes(prompt)
+        for length in sorted((n for n in self._lengths if n <= len(prompt)), reverse=True):
+            entry = self._open.get((length, hashes[length]))
+            if entry is None or list(entry[0]) != prompt[:length]:  # absent, or a hash collision
+                continue
+            conversation, turn = entry[1].pop(0)
+            if not entry[1]:
+                self._forget((length, hashes[length]))
+            return conversation, turn + 1
         conversation = self._conversations
         self._conversations += 1
         return conversation, 1
 
-    def _candidate_ends(self, prompt: list[int]) -> list[int]:
-        # A remembered history ends where a reply ended. Scripted text replies end with the stop ids,
-        # so checking only the positions just after a stop sequence (a handful per prompt: one per
-        # earlier message) keeps the lookup linear in the prompt length. Verbatim-id replies may end
-        # anywhere, so when any is remembered every position is a candidate. Longest first: the most
-        # recent turn of a conversation is the one that continues.
-        if self.stop_ids and not self._unaligned:
-            n = len(self.stop_ids)
-            return [i + n for i in range(len(prompt) - n, -1, -1) if prompt[i : i + n] == self.stop_ids]
-        return list(range(len(prompt), 0, -1))
-
-    def _aligned(self, history: tuple[int, ...]) -> bool:
-        return bool(self.stop_ids) and list(history[-len(self.stop_ids):]) == self.stop_ids
-
     def _remember(self, history: tuple[int, ...], conversation: int, turn: int) -> None:
-        if history not in self._open:
-            self._unaligned += not self._aligned(history)
-        self._open.setdefault(history, []).append((conversation, turn))
-        self._open.move_to_end(history)
+        key = (len(history), _prefix_hashes(history)[-1])
+        entry = self._open.get(key)
+        if entry is None or entry[0] != history:
+            if entry is not None:  # a hash collision: the newer history wins
+                self._forget(key)
+            entry = (history, [])
+            self._open[key] = entry
+            self._lengths[len(history)] += 1
+        entry[1].append((conversation, turn))
+        self._open.move_to_end(key)
         while len(self._open) > self.max_remembered:
             self._forget(next(iter(self._open)))
 
-    def _forget(self, history: tuple[int, ...]) -> None:
-        del self._open[history]
-        self._unaligned -= not self._aligned(history)
+    def _forget(self, key: tuple[int, int]) -> None:
+        del self._open[key]
+        self._lengths[key[0]] -= 1
+        if not self._lengths[key[0]]:
+            del self._lengths[key[0]]
+
+
+_HASH_MOD = (1 << 61) - 1
+_HASH_BASE = 1_000_003
+
+
+def _prefix_hashes(ids: Sequence[int]) -> list[int]:
+    """Polynomial hashes of every prefix of ``ids``: ``out[k]`` hashes ``ids[:k]``."""
+    out = [0] * (len(ids) + 1)
+    h = 0
+    for k, t in enumerate(ids, start=1):
+        h = (h * _HASH_BASE + t + 1) % _HASH_MOD
+        out[k] = h
+    return out
