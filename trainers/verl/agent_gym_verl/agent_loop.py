@@ -198,6 +198,7 @@ class AgentGymAgentLoop(compat.AgentLoopBase):
         prompt = first_prompt
         response: list[int] = []
         mask: list[int] = []
+        # None once the server returns no log-probs (rollout.calculate_log_probs=False).
         logprobs: list[float] | None = []
         steps: list[dict[str, Any]] = []
         total_reward = 0.0
@@ -246,6 +247,8 @@ class AgentGymAgentLoop(compat.AgentLoopBase):
             if step_mode:
                 steps.append(
                     {
+                        "trajectory_id": request_id,
+                        "step": len(steps),
                         "prompt_ids": np.asarray(prompt, dtype=np.int64),
                         "response_ids": np.asarray(ids, dtype=np.int64),
                         "logprobs": None if lps is None else np.asarray(lps, dtype=np.float32),
@@ -309,12 +312,14 @@ class AgentGymAgentLoop(compat.AgentLoopBase):
                 if logprobs is not None:
                     logprobs = logprobs[: self.response_length]
             out_prompt, out_response, out_mask = first_prompt, response, mask
-            out_logprobs = logprobs if logprobs else None
+            # [] (not None) for an empty response: verl stacks log-probs only if every row has them.
+            out_logprobs = logprobs
 
         turns = int(last_info.get("turn", len(steps) if step_mode else 0))
         components = {str(k): float(v) for k, v in (last_info.get("reward_components") or {}).items()}
         correct = last_info.get("correct")
         extra_fields: dict[str, Any] = {
+            "agent_gym_trajectory_id": request_id,
             "agent_gym_env_id": env_id,
             "agent_gym_task_id": None if task_id is None else str(task_id),
             "agent_gym_turns": turns,

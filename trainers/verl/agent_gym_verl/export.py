@@ -28,7 +28,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 __all__ = ["export_env", "rows_for_env", "main", "AGENT_NAMES"]
 
@@ -84,8 +84,13 @@ def rows_for_env(
     ability: str | None = None,
     limit: int | None = None,
     tokenizer: Any = None,
+    ground_truth: Callable[[Any], Any] | None = None,
 ) -> Iterable[dict[str, Any]]:
-    """The verl rows of ``env_id``'s tasks (see the module docstring)."""
+    """The verl rows of ``env_id``'s tasks (see the module docstring).
+
+    ``ground_truth(task)`` overrides the reference answer written to ``reward_model.ground_truth``
+    (default: the task's ``answer``).
+    """
     if mode not in AGENT_NAMES:
         raise ValueError(f"mode must be one of {sorted(AGENT_NAMES)}, got {mode!r}")
     env_kwargs = dict(env_kwargs or {})
@@ -113,7 +118,7 @@ def rows_for_env(
         messages = [
             {"role": str(m["role"]), "content": _text(m.get("content"))} for m in base.initial_messages(task)
         ]
-        answer = _task_field(task, "answer")
+        answer = ground_truth(task) if ground_truth is not None else _task_field(task, "answer")
         yield {
             "data_source": source,
             "prompt": messages,
@@ -146,6 +151,7 @@ def export_env(
     ability: str | None = None,
     limit: int | None = None,
     tokenizer: Any = None,
+    ground_truth: Callable[[Any], Any] | None = None,
 ) -> Path:
     """Write ``<out_dir>/<split>.parquet`` (or ``filename``) for ``env_id``; returns its path."""
     import pyarrow as pa
@@ -161,6 +167,7 @@ def export_env(
             ability=ability,
             limit=limit,
             tokenizer=tokenizer,
+            ground_truth=ground_truth,
         )
     )
     if not rows:

@@ -65,9 +65,58 @@ def install() -> None:
         module.TaskRunner = ray.remote(runner)
 
 
+def _files_use_step_mode(files: Any) -> bool:
+    """Whether the train files select the step-mode agent loop (assumed when they are not there yet)."""
+    import os
+
+    paths = [files] if isinstance(files, str) else list(files)
+    if not paths or not all(os.path.exists(os.path.expanduser(str(p))) for p in paths):
+        return True
+    import pyarrow.parquet as pq
+
+    for p in paths:
+        table = pq.read_table(os.path.expanduser(str(p)), columns=None)
+        if "agent_name" in table.column_names and "agent_gym_step" in set(table.column("agent_name").to_pylist()):
+            return True
+    return False
+
+
+def dry_run(overrides: list[str]) -> Any:
+    """Compose and resolve verl's config with ``overrides`` and check what step mode needs, without
+    starting Ray or loading a model (``AGENT_GYM_VERL_DRY_RUN=1``: check a run script on any machine)."""
+    import os
+
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    import verl.trainer
+
+    from agent_gym_verl.step_advantage import check_estimator
+
+    config_dir = os.path.join(os.path.dirname(verl.trainer.__file__), "config")
+    with initialize_config_dir(config_dir=config_dir, version_base=None):
+        cfg = compose(config_name="ppo_trainer", overrides=list(overrides))
+    OmegaConf.resolve(cfg)
+    if _files_use_step_mode(cfg.data.train_files):
+        check_estimator(cfg.algorithm.adv_estimator, cfg.algorithm)
+    if not compat.LEGACY_LAYOUT and cfg.trainer.get("use_v1", False):
+        raise SystemExit("agent_gym_verl.main_ppo: set trainer.use_v1=False (the legacy trainer is the one extended)")
+    print(
+        f"agent_gym_verl dry run (verl {compat.VERL_VERSION}): config composed; "
+        f"adv_estimator={cfg.algorithm.adv_estimator}, model={cfg.actor_rollout_ref.model.path}, "
+        f"agent_loop_config_path={cfg.actor_rollout_ref.rollout.agent.agent_loop_config_path}"
+    )
+    return cfg
+
+
 def main(argv: list[str] | None = None) -> None:
+    import os
+
     if argv is not None:
         sys.argv = [sys.argv[0], *argv]
+    if os.environ.get("AGENT_GYM_VERL_DRY_RUN"):
+        dry_run(sys.argv[1:])
+        return
     install()
     importlib.import_module("verl.trainer.main_ppo").main()
 

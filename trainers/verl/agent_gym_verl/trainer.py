@@ -7,7 +7,8 @@
    ``batch.union(gen_batch_output)``, and it mutates the batch in place. The override logs the env
    metrics of the trajectory rows (turns, tool calls, reward components: ``agent_gym/*``), expands
    step-mode rows into step samples there (:func:`agent_gym_verl.step_advantage.expand_step_batch`,
-   padded to a multiple of the data-parallel size), then balances as verl would. ``balance_batch`` is
+   padded with fully masked rows to whole PPO mini-batches, a multiple of the data-parallel size),
+   then balances as verl would. ``balance_batch`` is
    forced on so that the hook always runs; ``trainer.balance_batch=False`` still skips the reordering.
    Everything after it (rewards from ``rm_scores``, old/ref log-probs, values, the actor and critic
    updates) runs on the step samples.
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 from typing import Any
 
 from agent_gym_verl import compat
@@ -92,9 +94,9 @@ def agent_gym_trainer_class(base: type) -> type:
         def _balance_batch(self, batch: Any, metrics: dict, logging_prefix: str = "global_seqlen", keep_minibatch: bool = False):
             metrics.update(trajectory_metrics(batch))
             if is_step_batch(batch):
-                dp_size = self._get_dp_size(self.actor_rollout_wg, "actor")
                 pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-                expanded, stats = expand_step_batch(batch, pad_token_id=pad_id, pad_to_multiple=dp_size)
+                multiple = self._agent_gym_pad_multiple()
+                expanded, stats = expand_step_batch(batch, pad_token_id=pad_id, pad_to_multiple=multiple)
                 batch.batch = expanded.batch
                 batch.non_tensor_batch = expanded.non_tensor_batch
                 batch.meta_info.update(expanded.meta_info)
@@ -102,6 +104,20 @@ def agent_gym_trainer_class(base: type) -> type:
             if not self._agent_gym_balance:
                 return None
             return super()._balance_batch(batch, metrics, logging_prefix=logging_prefix, keep_minibatch=keep_minibatch)
+
+        def _agent_gym_pad_multiple(self) -> int:
+            """Row count the expanded batch is padded to a multiple of: the data-parallel size and the
+            global PPO mini-batch (``ppo_mini_batch_size * rollout.n`` rows; verl 0.9's engine workers
+            require whole mini-batches), of the critic too when there is one."""
+            cfg = self.config
+            n = int(cfg.actor_rollout_ref.rollout.n)
+            multiple = math.lcm(
+                int(self._get_dp_size(self.actor_rollout_wg, "actor")),
+                int(cfg.actor_rollout_ref.actor.ppo_mini_batch_size) * n,
+            )
+            if getattr(self, "use_critic", False) and "critic" in cfg:
+                multiple = math.lcm(multiple, int(cfg.critic.ppo_mini_batch_size) * n)
+            return multiple
 
         def fit(self) -> Any:
             module = compat.ray_trainer_module()
