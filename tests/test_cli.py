@@ -136,3 +136,15 @@ def test_help_explains_each_subcommand_with_examples(capsys):
 def test_no_command_prints_help_and_exits_2(capsys):
     assert main([]) == 2
     assert "usage: agent-gym" in capsys.readouterr().err
+
+
+def test_env_kwargs_are_parsed_as_json_and_bad_ones_are_usage_errors(capsys):
+    from agent_gym.cli.main import main
+
+    code = main(["play", "AgentR1/GSM8K-v0", "--env-kwarg", "max_turns=0"])  # JSON: the int 0
+    assert code == 2 and "max_turns must be >= 1, got 0" in capsys.readouterr().err
+    code = main(["play", "AgentR1/GSM8K-v0", "--env-kwarg", "no_such_option=1"])
+    err = capsys.readouterr().err
+    assert code == 2 and "unexpected keyword argument 'no_such_option'" in err
+    code = main(["play", "AgentR1/GSM8K-v0", "--env-kwarg", "oops"])
+    assert code == 2 and "--env-kwarg expects KEY=VALUE" in capsys.readouterr().err

@@ -80,6 +80,32 @@ def _add_env_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("env_id", metavar="ID", help="env id, e.g. AgentR1/GSM8KTool-v0 (the AgentR1/ prefix may be left out)")
     p.add_argument("--split", default="test", help="dataset split (default: %(default)s)")
     p.add_argument("--data-dir", default=None, help="folder with the dataset files (default: the env's own lookup)")
+    p.add_argument(
+        "--env-kwarg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra env constructor argument, repeatable; VALUE is read as JSON when it parses "
+        "(e.g. --env-kwarg difficulty=easy --env-kwarg max_turns=3)",
+    )
+
+
+def _env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """Constructor arguments from --split, --data-dir and --env-kwarg."""
+    import json
+
+    kwargs: dict[str, Any] = {"split": args.split}
+    if args.data_dir is not None:
+        kwargs["data_dir"] = args.data_dir
+    for item in args.env_kwarg:
+        key, sep, value = item.partition("=")
+        if not sep or not key.isidentifier():
+            raise UsageError(f"--env-kwarg expects KEY=VALUE with a Python identifier as KEY, got {item!r}")
+        try:
+            kwargs[key] = json.loads(value)
+        except json.JSONDecodeError:
+            kwargs[key] = value
+    return kwargs
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -176,6 +202,8 @@ def _user_errors(what: Callable[[], Any]) -> Any:
         raise UsageError(str(exc)) from None
     except KeyError as exc:  # unknown task id: the env's message is the KeyError's argument
         raise UsageError(str(exc.args[0]) if exc.args else repr(exc)) from None
+    except TypeError as exc:  # an --env-kwarg the env's constructor does not take
+        raise UsageError(_one_line(str(exc))) from None
     except (FileNotFoundError, ValueError) as exc:  # missing dataset, bad split, bad model path
         raise UsageError(_one_line(str(exc))) from None
     except OSError as exc:  # transformers: a model folder or hub name that cannot be loaded
@@ -235,10 +263,7 @@ def _cmd_play(args: argparse.Namespace) -> int:
     import numpy as np
 
     env_id = _resolve_env_id(args.env_id)
-    kwargs: dict[str, Any] = {"split": args.split}
-    if args.data_dir is not None:
-        kwargs["data_dir"] = args.data_dir
-    env = _user_errors(_env_factory(env_id, **kwargs))
+    env = _user_errors(_env_factory(env_id, **_env_kwargs(args)))
     options = {"task_id": args.task_id} if args.task_id is not None else None
     obs, info = _user_errors(lambda: env.reset(seed=args.seed, options=options))
     agent = env.unwrapped
@@ -302,10 +327,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
     # Cheap checks first (tokenizer, data) so that a mistake is reported before the model loads.
     tokenizer = _user_errors(lambda: load_tokenizer(args.model))
-    kwargs: dict[str, Any] = {"tokenizer": tokenizer, "split": args.split}
-    if args.data_dir is not None:
-        kwargs["data_dir"] = args.data_dir
-    make_env = _env_factory(env_id, **kwargs)
+    make_env = _env_factory(env_id, tokenizer=tokenizer, **_env_kwargs(args))
     first_env = _user_errors(make_env)
     device = None if args.device == "auto" else args.device
     policy = _user_errors(
