@@ -1,0 +1,126 @@
+"""``AgentR1/GSM8KPython-v0``: GSM8K where the tool is a sandboxed Python interpreter."""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any, Mapping
+
+import numpy as np
+
+from agent_gym.core.env import AgentEnv, Grade, Turn
+from agent_gym.core.prompts import PromptTemplates
+from agent_gym.core.tasks import TaskList
+from agent_gym.sandbox import Sandbox, SandboxConfig
+from agent_gym.sandbox.tool import PythonTool, SandboxToolExecutor
+from agent_gym_gsm8k.data import GSM8KTask, load_gsm8k
+from agent_gym_gsm8k.reward import score_answer
+
+__all__ = ["GSM8KPythonEnv"]
+
+
+class GSM8KPythonEnv(AgentEnv):
+    """GSM8K with a ``python(code)`` tool running in :mod:`agent_gym.sandbox` (tool-integrated reasoning).
+
+    Each assistant turn either calls ``python`` (hermes ``<tool_call>`` JSON; the output, a traceback or
+    the limit that was hit comes back as a ``tool`` message) or answers without a tool call, which ends
+    the episode. A tool call on the last turn truncates it. Reward: the outcome only, 1.0 when the
+    number after the last ``####`` equals the reference (GSM8K's normalisation:
+    :func:`agent_gym_gsm8k.reward.score_answer`); ``info["answer_check"]`` says why.
+
+    Args:
+        tokenizer: see :class:`agent_gym.AgentEnv`.
+        split: ``"train"`` or ``"test"``.
+        data_dir: folder with GSM8K's ``train.jsonl``/``test.jsonl`` (default ``$AGENT_GYM_GSM8K_DIR``,
+            else the Hugging Face hub).
+        stateful: keep Python variables across the calls of an episode (one sandbox worker per
+            episode) rather than a fresh process per call.
+        sandbox: a :class:`~agent_gym.sandbox.Sandbox` to use, or a :class:`SandboxConfig` / dict of
+            its fields (envs with equal configs share one warm server), or ``None`` (defaults).
+        prompt_dir: a folder of jinja2 templates overriding the packaged ones (same file names).
+        **kwargs: passed to :class:`agent_gym.AgentEnv` (``max_turns`` default 5, ...).
+    """
+
+    description = "GSM8K with a sandboxed Python interpreter (tool-integrated reasoning), up to 5 turns; outcome reward"
+
+    def __init__(
+        self,
+        tokenizer: Any = None,
+        *,
+        split: str = "train",
+        data_dir: str | os.PathLike[str] | None = None,
+        stateful: bool = True,
+        sandbox: Sandbox | SandboxConfig | Mapping[str, Any] | None = None,
+        prompt_dir: str | os.PathLike[str] | None = None,
+        **kwargs: Any,
+    ):
+        if "tools" in kwargs:
+            raise TypeError("GSM8KPythonEnv offers exactly one tool (python); do not pass tools=")
+        kwargs.setdefault("max_turns", 5)
+        self.split = split
+        self.tasks = TaskList(load_gsm8k(split, data_dir), name=f"GSM8K {split} split")
+        self.python = PythonTool(sandbox, stateful=stateful)
+        super().__init__(tokenizer, tools=[self.python], **kwargs)
+        self.executor = SandboxToolExecutor(self.tools, max_output_chars=self.python.sandbox.config.output_bytes + 4000)
+        self.stateful = bool(stateful)
+        self.prompts = _prompts(None if prompt_dir is None else os.fspath(prompt_dir))
+
+    @property
+    def sandbox(self) -> Sandbox:
+        return self.python.sandbox
+
+    def sample_task(self, rng: np.random.Generator) -> GSM8KTask:
+        return self.tasks.sample(rng)
+
+    def get_task(self, task_id: str) -> GSM8KTask:
+        return self.tasks.get(task_id)
+
+    def task_from_dict(self, task: Mapping[str, Any]) -> GSM8KTask:
+        missing = {"question", "answer"} - set(task)
+        if missing:
+            raise ValueError(f"a GSM8K task needs the keys question and answer; missing {sorted(missing)}")
+        return GSM8KTask(
+            id=str(task.get("id", "custom")),
+            question=str(task["question"]),
+            answer=str(task["answer"]),
+            solution=str(task.get("solution", "")),
+        )
+
+    def initial_messages(self, task: GSM8KTask) -> list[dict[str, Any]]:
+        tools = [] if self.template.renders_tools else [t.schema() for t in self.tools]
+        system = self.prompts.render(
+            "gsm8k_python_system.j2", tools=tools, stateful=self.python.stateful, timeout_s=f"{self.sandbox.config.timeout_s:g}"
+        )
+        return [
+            {"role": "system", "content": system},
+            {"role": "user", "content": self.prompts.render("gsm8k_python_user.j2", question=task.question)},
+        ]
+
+    def grade(self, task: GSM8KTask, turn: Turn) -> Grade:
+        check = score_answer(turn.parsed.content, task.answer)
+        return Grade(
+            reward=check.reward,
+            correct=check.correct,
+            components={"outcome": check.reward},
+            info={
+                "answer_check": check.reason,
+                "format_ok": check.reason in ("correct", "wrong_answer"),
+                "predicted": check.predicted_normalized,
+                "expected": task.answer,
+            },
+        )
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+        obs, info = super().reset(seed=seed, options=options)
+        self.python.new_episode()  # the previous episode's Python session (if any) is closed
+        return obs, info
+
+    def close(self) -> None:
+        self.python.close()
+        super().close()
+
+
+@functools.lru_cache(maxsize=16)
+def _prompts(prompt_dir: str | None) -> PromptTemplates:
+    """One template loader per prompt folder, shared by every env instance (templates compile once)."""
+    return PromptTemplates("agent_gym_python", prompt_dir)

@@ -1,0 +1,145 @@
+"""The async runner: hundreds of episodes in flight in one event loop give exactly the trajectories
+that playing them one by one gives; generation is batched; waiting tools overlap."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import agent_gym  # noqa: F401  (registers the envs)
+from agent_gym.chat.template import ChatTemplate
+from agent_gym.rollout import Generation
+from agent_gym.rollout.async_runner import arun_episodes, find_astep, run_episodes_async
+from agent_gym.tools import HermesParser
+
+
+def calc(expression: str) -> str:
+    return HermesParser().format_calls([{"name": "calculate", "arguments": {"expression": expression}}])
+
+
+class ContentPolicy:
+    """Answers from the prompt's content only (question and turn), so the result cannot depend on
+    scheduling: some episodes solve, some answer wrong, some make tool errors, some run out of turns."""
+
+    def __init__(self, tokenizer, script):
+        self.template = ChatTemplate(tokenizer)
+        self.tokenizer = tokenizer
+        self.script = script
+        self.calls: list[int] = []
+
+    def reply(self, prompt) -> Generation:
+        text = self.tokenizer.decode(prompt)
+        turn = text.count("<|im_start|>assistant")  # the generation prompt opens the current turn
+        ids = self.template.encode(self.script(text, turn)) + list(self.template.end_of_turn_ids)
+        return Generation(ids=ids)
+
+    def generate(self, prompts, *, max_new_tokens):
+        self.calls.append(len(prompts))
+        return [self.reply(p) for p in prompts]
+
+
+_ANSWERS: dict[str, str] = {}
+
+
+def script(text: str, turn: int) -> str:
+    if not _ANSWERS:
+        from agent_gym_gsm8k.data import load_gsm8k
+
+        _ANSWERS.update((t.question.strip(), t.answer) for t in load_gsm8k("test"))
+    question = text.split("<|im_start|>user\n", 1)[1].split("<|im_end|>", 1)[0]
+    answer = next((a for q, a in _ANSWERS.items() if question.startswith(q)), "0")
+    kind = len(question) % 4  # depends on the question only
+    if kind == 0:
+        return calc("16 - 3 - 4") if turn == 1 else f"#### {answer}"  # solved
+    if kind == 1:
+        return calc("2 * (3 + 4)") if turn < 3 else "#### -1"  # wrong
+    if kind == 2:
+        return '<tool_call>\n{"name": "search", "arguments": {}}\n</tool_call>' if turn == 1 else f"#### {answer}"
+    return calc("1 + 1")  # never answers: truncated at the turn limit
+
+
+def play_one_by_one(env, policy, seed: int):
+    obs, _ = env.reset(seed=seed)
+    steps = []
+    while True:
+        prompt = np.asarray(obs["prompt_ids"]).tolist()
+        (gen,) = policy.generate([prompt], max_new_tokens=512)
+        obs, reward, terminated, truncated, info = env.step(np.asarray(gen.ids))
+        steps.append((prompt, gen.ids, reward, terminated, truncated, info))
+        if terminated or truncated:
+            return steps
+
+
+def test_200_episodes_match_running_them_one_by_one(tokenizer):
+    make = lambda: gym.make("AgentR1/GSM8KTool-v0", tokenizer=tokenizer, split="test", max_turns=4)  # noqa: E731
+    policy = ContentPolicy(tokenizer, script)
+    result = run_episodes_async(make, policy, episodes=200, base_seed=1000, concurrency=40, max_new_tokens=512, generate_in_thread=False)
+    assert len(result.trajectories) == 200
+    assert [t.metadata["episode"] for t in result.trajectories] == list(range(200))
+    assert all(t.terminated or t.truncated for t in result.trajectories)
+    stats = result.stats
+    assert stats["episodes"] == 200 and stats["max_in_flight"] == 40
+    assert stats["mean_batch_size"] > 5 and sum(policy.calls) == stats["steps"]  # generation was batched
+
+    env = make()
+    reference = ContentPolicy(tokenizer, script)
+    outcomes = set()
+    for trajectory in result.trajectories:
+        expected = play_one_by_one(env, reference, trajectory.seed)
+        got = [(s.prompt_ids, s.response_ids, s.reward, s.terminated, s.truncated, s.info) for s in trajectory.steps]
+        assert len(got) == len(expected)
+        for (p, r, rew, term, trunc, info), (p2, r2, rew2, term2, trunc2, info2) in zip(got, expected):
+            assert (p, r, rew, term, trunc) == (p2, r2, rew2, term2, trunc2)
+            assert info == json.loads(json.dumps(info2, default=str))
+        outcomes.add((trajectory.reward, trajectory.truncated, trajectory.final_info["tool_errors"] > 0))
+    assert {(1.0, False, False), (0.0, False, False), (1.0, False, True), (0.0, True, False)} <= outcomes
+
+
+def test_waiting_tools_overlap_and_agenerate_is_used(tokenizer):
+    """16 episodes whose two tool calls each sleep 0.2 s in the sandbox: one by one that is >= 6.4 s."""
+
+    def code(turn: int) -> str:
+        return "<tool_call>\n" + json.dumps({"name": "python", "arguments": {"code": f"import time\ntime.sleep(0.2)\nprint({turn})"}}) + "\n</tool_call>"
+
+    class Async(ContentPolicy):
+        async def agenerate(self, prompt, *, max_new_tokens):
+            await asyncio.sleep(0)
+            return self.reply(prompt)
+
+        def generate(self, prompts, *, max_new_tokens):  # pragma: no cover - must not be used
+            raise AssertionError("agenerate should be used")
+
+    policy = Async(tokenizer, lambda text, turn: code(turn) if turn <= 2 else "#### 18")
+    envs = [gym.make("AgentR1/GSM8KPython-v0", tokenizer=tokenizer, split="test", sandbox={"prefork": 2}) for _ in range(16)]
+    assert find_astep(envs[0]) is not None
+
+    async def main():
+        return await arun_episodes(envs, policy, episodes=16, concurrency=16, max_new_tokens=512)
+
+    t0 = time.perf_counter()
+    result = asyncio.run(main())
+    elapsed = time.perf_counter() - t0
+    assert [t.num_turns for t in result.trajectories] == [3] * 16
+    tool_outputs = [[m["content"] for m in t.messages if m["role"] == "tool"] for t in result.trajectories]
+    assert tool_outputs == [["1", "2"]] * 16
+    assert elapsed < 4.0, f"16 episodes x 2 sleeping calls took {elapsed:.2f} s"
+    assert result.stats["generate_calls"] == 0
+    for e in envs:
+        e.close()
+
+
+def test_policy_errors_propagate(tokenizer):
+    class Broken:
+        def generate(self, prompts, *, max_new_tokens):
+            raise RuntimeError("model crashed")
+
+    make = lambda: gym.make("AgentR1/GSM8KTool-v0", tokenizer=tokenizer, split="test")  # noqa: E731
+    with pytest.raises(RuntimeError, match="model crashed"):
+        run_episodes_async(make, Broken(), episodes=4, concurrency=2)
+    with pytest.raises(ValueError, match="pass episodes"):
+        run_episodes_async(make, Broken())
