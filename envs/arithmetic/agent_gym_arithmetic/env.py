@@ -1,0 +1,87 @@
+"""The arithmetic envs: one step, or up to three turns with the calculator tool."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from agent_gym.core.env import AgentEnv, Grade, Turn
+from agent_gym.core.prompts import PromptTemplates
+from agent_gym.tools import calculator
+from agent_gym.tools.calculator import evaluate_arithmetic, format_number
+
+from agent_gym_arithmetic.problems import LEVELS, ArithmeticTask, check_answer, generate_task
+
+__all__ = ["ArithmeticEnv", "ArithmeticToolEnv"]
+
+# Tasks per split and level that seeds draw from (ids beyond it are valid too: generation is by id).
+_POOL = 100_000
+
+
+class ArithmeticEnv(AgentEnv):
+    """``What is 37 + 58?``, generated from a seed at difficulty ``level`` (see :data:`LEVELS`).
+
+    Reward: 1.0 when the response's final number (after the last ``####``, else the last number in
+    the response) equals the exact value, else 0.0; ``info["answer_check"]`` is ``correct``,
+    ``no_number`` or ``wrong_answer``, ``info["format_ok"]`` says whether ``####`` was used.
+
+    Args:
+        tokenizer: see :class:`agent_gym.AgentEnv`.
+        level: difficulty 1-4 (default 2).
+        split: ``"train"`` or ``"test"``: disjoint generation streams.
+        prompt_dir: a folder of jinja2 templates overriding the packaged ones.
+    """
+
+    description = "generated arithmetic (levels 1-4), one step; reward 1 for the exact final number"
+
+    def __init__(self, tokenizer: Any = None, *, level: int = 2, split: str = "train", prompt_dir: Any = None, **kwargs: Any):
+        kwargs.setdefault("max_turns", 1)
+        kwargs.setdefault("max_action_tokens", 512)
+        super().__init__(tokenizer, **kwargs)
+        generate_task(0, level, split)  # validates level and split up front
+        self.level, self.split = int(level), split
+        self.prompts = PromptTemplates("agent_gym_arithmetic", prompt_dir)
+
+    def sample_task(self, rng: np.random.Generator) -> ArithmeticTask:
+        return generate_task(int(rng.integers(0, _POOL)), self.level, self.split)
+
+    def get_task(self, task_id: str) -> ArithmeticTask:
+        try:
+            split, level, n = task_id.rsplit("-", 2)
+            return generate_task(int(n), int(level.removeprefix("L")), split)
+        except ValueError:
+            raise KeyError(f"no arithmetic task with id {task_id!r} (ids look like 'train-L2-17')") from None
+
+    def task_from_dict(self, task: Mapping[str, Any]) -> ArithmeticTask:
+        expression = str(task["expression"])
+        answer = format_number(evaluate_arithmetic(expression))  # a bad expression raises CalculatorError
+        return ArithmeticTask(str(task.get("id", "custom")), int(task.get("level", 0)), expression, answer)
+
+    def initial_messages(self, task: ArithmeticTask) -> list[dict[str, Any]]:
+        tools = [] if self.template.renders_tools else [t.schema() for t in self.tools]
+        return [
+            {"role": "system", "content": self.prompts.render("system.j2", tools=tools)},
+            {"role": "user", "content": self.prompts.render("user.j2", expression=task.expression)},
+        ]
+
+    def grade(self, task: ArithmeticTask, turn: Turn) -> Grade:
+        correct, reason = check_answer(turn.parsed.content, task.answer)
+        reward = 1.0 if correct else 0.0
+        return Grade(
+            reward=reward,
+            correct=correct,
+            components={"outcome": reward},
+            info={"answer_check": reason, "format_ok": "####" in turn.parsed.content, "expected": task.answer},
+        )
+
+
+class ArithmeticToolEnv(ArithmeticEnv):
+    """:class:`ArithmeticEnv` with the calculator tool, up to 3 turns (a tool call on the last truncates)."""
+
+    description = "generated arithmetic with a calculator tool, up to 3 turns; outcome reward"
+
+    def __init__(self, tokenizer: Any = None, **kwargs: Any):
+        kwargs.setdefault("max_turns", 3)
+        kwargs.setdefault("tools", [calculator])
+        super().__init__(tokenizer, **kwargs)

@@ -1,0 +1,75 @@
+"""Seeded generation of arithmetic problems, and the answer check."""
+
+from __future__ import annotations
+
+import re
+import zlib
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from agent_gym.tools.calculator import evaluate_arithmetic, format_number
+
+__all__ = ["LEVELS", "ArithmeticTask", "generate_task", "final_number", "check_answer"]
+
+#: Difficulty levels: how the expression is built (operand ranges and operators).
+LEVELS: dict[int, str] = {
+    1: "a + b with a, b in 1..9",
+    2: "a + b or a - b with a, b in 10..99",
+    3: "a * b with a in 2..9, b in 10..99",
+    4: "(a + b) * c or a * b - c with two-digit numbers",
+}
+
+
+@dataclass(frozen=True)
+class ArithmeticTask:
+    """One problem: ``id`` is ``"<split>-L<level>-<n>"`` and fully determines the expression."""
+
+    id: str
+    level: int
+    expression: str
+    answer: str
+
+
+def generate_task(n: int, level: int, split: str) -> ArithmeticTask:
+    """The task with id ``f"{split}-L{level}-{n}"``, the same in every process."""
+    if level not in LEVELS:
+        raise ValueError(f"unknown arithmetic level {level!r}; known: {sorted(LEVELS)}")
+    if split not in ("train", "test"):
+        raise ValueError(f"unknown split {split!r}; known: train, test")
+    # crc32 (not hash()) so the seed does not depend on PYTHONHASHSEED; the split is in the seed so
+    # train and test draw different streams.
+    rng = np.random.default_rng([zlib.crc32(split.encode()), level, n])
+    r = lambda lo, hi: int(rng.integers(lo, hi + 1))  # noqa: E731 - tiny local helper
+    if level == 1:
+        expression = f"{r(1, 9)} + {r(1, 9)}"
+    elif level == 2:
+        expression = f"{r(10, 99)} {'+-'[r(0, 1)]} {r(10, 99)}"
+    elif level == 3:
+        expression = f"{r(2, 9)} * {r(10, 99)}"
+    else:
+        a, b, c = r(10, 99), r(10, 99), r(2, 9)
+        expression = f"({a} + {b}) * {c}" if r(0, 1) else f"{a} * {c} - {b}"
+    return ArithmeticTask(f"{split}-L{level}-{n}", level, expression, format_number(evaluate_arithmetic(expression)))
+
+
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+def final_number(response: str) -> str | None:
+    """The answer a response gives: the number after the last ``####`` if there is one, else the
+    last number in the response (small models rarely follow an answer format); ``None`` if none."""
+    tail = response.rsplit("####", 1)[1] if "####" in response else response
+    numbers = _NUMBER.findall(tail)
+    if not numbers:
+        return None
+    return (numbers[0] if "####" in response else numbers[-1]).replace(",", "")
+
+
+def check_answer(response: str, expected: str) -> tuple[bool, str]:
+    """``(correct, reason)``: reason is ``correct``, ``no_number`` or ``wrong_answer``."""
+    given = final_number(response)
+    if given is None:
+        return False, "no_number"
+    return (Fraction(given) == Fraction(expected)), ("correct" if Fraction(given) == Fraction(expected) else "wrong_answer")
