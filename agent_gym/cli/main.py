@@ -18,18 +18,22 @@ __all__ = ["main", "build_parser", "UsageError"]
 PROG = "agent-gym"
 
 _DESCRIPTION = """\
-Gymnasium environments for LLM agents: list them, play one yourself, or evaluate a model on one.
+Gymnasium environments for LLM agents: list them, play one yourself, evaluate a model on one, or
+start a new env package.
 
 subcommands:
-  list    show the installed envs: id, tools, description
-  play    be the assistant: type each turn in the terminal (or pipe it in)
-  eval    run a model on N episodes, print accuracy & co., save the trajectories as JSONL
+  list     show the installed envs: id, tools, description
+  play     be the assistant: type each turn in the terminal (or pipe it in)
+  eval     run a model on N episodes, print accuracy & co., save the trajectories as JSONL
+  new-env  write a new env package (pyproject, env class, template, test) that passes its tests
 
 examples:
   agent-gym list
   agent-gym play AgentR1/GSM8KTool-v0 --task-id test-0
   agent-gym eval AgentR1/GSM8KTool-v0 --episodes 20
   agent-gym eval AgentR1/GSM8K-v0 --model Qwen/Qwen2.5-0.5B-Instruct --device cuda --json
+  agent-gym eval AgentR1/Countdown-v0 --env-kwarg difficulty=easy --episodes 32
+  agent-gym new-env my-task --dest envs
 
 Run `agent-gym COMMAND --help` for the options of a command."""
 
@@ -152,6 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the summary as JSON (and nothing else) on stdout")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (it goes to stderr)")
     p.set_defaults(func=_cmd_eval)
+    from agent_gym.cli.scaffold import add_parser as add_new_env_parser
+
+    add_new_env_parser(sub, formatter)
     return parser
 
 
