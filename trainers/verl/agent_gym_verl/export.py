@@ -74,6 +74,19 @@ def _task_field(task: Any, name: str) -> Any:
     return getattr(task, name, None)
 
 
+def _seeded_tasks(base: Any, count: int) -> list[Any]:
+    """The tasks ``reset(seed=i)`` draws for i in 0..count-1, without duplicates, in seed order."""
+    seen: set[str] = set()
+    out = []
+    for seed in range(count):
+        base.reset(seed=seed)
+        task_id = base.task_id_of(base.task)
+        if task_id not in seen:
+            seen.add(task_id)
+            out.append(base.task)
+    return out
+
+
 def rows_for_env(
     env_id: str,
     split: str | None = "train",
@@ -98,9 +111,14 @@ def rows_for_env(
     base = env.unwrapped
     tasks = getattr(base, "tasks", None)
     if tasks is None:
-        raise ValueError(
-            f"{env_id} has no finite task list (env.tasks); only envs with a fixed task source can be exported"
-        )
+        # A generated task source (Countdown, games, ...): export the tasks that seeds 0..limit-1
+        # draw, the same ones `env.reset(seed=i)` gives in any process.
+        if limit is None:
+            raise ValueError(
+                f"{env_id} generates its tasks (no finite env.tasks): pass limit=/--limit N to export "
+                "the tasks of seeds 0..N-1"
+            )
+        tasks = _seeded_tasks(base, limit)
     tools = [t.schema() for t in getattr(base, "tools", [])]
     # The split is an env argument too: the agent loop must make the env on the same split.
     row_kwargs = dict(env_kwargs)

