@@ -148,3 +148,13 @@ def test_env_kwargs_are_parsed_as_json_and_bad_ones_are_usage_errors(capsys):
     assert code == 2 and "unexpected keyword argument 'no_such_option'" in err
     code = main(["play", "AgentR1/GSM8K-v0", "--env-kwarg", "oops"])
     assert code == 2 and "--env-kwarg expects KEY=VALUE" in capsys.readouterr().err
+
+
+def test_export_verl_without_the_adapter_says_how_to_install(capsys, monkeypatch):
+    import sys
+
+    from agent_gym.cli.main import main
+
+    monkeypatch.setitem(sys.modules, "agent_gym_verl.export", None)  # as if the adapter were absent
+    assert main(["export-verl", "AgentR1/GSM8K-v0", "--out", "x"]) == 2
+    assert "export-verl needs the verl adapter: pip install -e trainers/verl" in capsys.readouterr().err

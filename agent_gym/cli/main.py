@@ -26,6 +26,7 @@ subcommands:
   play     be the assistant: type each turn in the terminal (or pipe it in)
   eval     run a model on N episodes, print accuracy & co., save the trajectories as JSONL
   new-env  write a new env package (pyproject, env class, template, test) that passes its tests
+  export-verl  write an env's tasks as verl parquet (needs the verl adapter, trainers/verl)
 
 examples:
   agent-gym list
@@ -164,6 +165,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``agent-gym`` with ``argv`` (default: ``sys.argv[1:]``); returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["export-verl"]:
+        # Delegated whole to the verl adapter (an optional package with its own options).
+        return _export_verl(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
@@ -177,6 +182,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
+
+
+def _export_verl(argv: list[str]) -> int:
+    try:
+        from agent_gym_verl.export import main as export_main
+    except ImportError:
+        print(
+            f"{PROG}: error: export-verl needs the verl adapter: pip install -e trainers/verl "
+            "(or pip install agent-r1-gym-verl)",
+            file=sys.stderr,
+        )
+        return 2
+    return int(export_main(argv))
 
 
 # -- shared helpers -----------------------------------------------------------------------------------
