@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import copy
 import os
 import shutil
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -144,10 +146,31 @@ def load_causal_lm(model: str | os.PathLike[str] | None = None, **kwargs: Any) -
         except Exception:  # a stale or partial cache: convert again below
             pass
     lm = AutoModelForCausalLM.from_pretrained(source.path, **source.kwargs)
-    _save_atomically(lm, converted)
+    _save_atomically(_DequantisedModel(lm), converted)
     if (converted / "config.json").is_file():
         return AutoModelForCausalLM.from_pretrained(str(converted), **kwargs)
     return AutoModelForCausalLM.from_pretrained(source.path, **source.kwargs, **kwargs)
+
+
+class _DequantisedModel:
+    """``save_pretrained`` for a model read from GGUF, whose weights transformers dequantised on load.
+
+    Newer transformers (5.2x) refuse ``save_pretrained`` on such a model ("quantized with gguf and
+    not serializable"), so write the config without its GGUF quantization entry plus the weights.
+    """
+
+    def __init__(self, lm: Any):
+        self.lm = lm
+
+    def save_pretrained(self, folder: str) -> None:
+        from safetensors.torch import save_model
+
+        os.makedirs(folder, exist_ok=True)
+        config = copy.deepcopy(self.lm.config)
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        config.save_pretrained(folder)
+        save_model(self.lm, os.path.join(folder, "model.safetensors"))  # handles tied embeddings
 
 
 def _save_atomically(obj: Any, target: Path) -> None:
@@ -158,5 +181,6 @@ def _save_atomically(obj: Any, target: Path) -> None:
         obj.save_pretrained(str(tmp))
         shutil.rmtree(target, ignore_errors=True)
         os.replace(tmp, target)
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)  # a read-only home is fine: we convert again next time
+    except Exception as exc:  # noqa: BLE001 - caching is an optimisation; loading still works
+        shutil.rmtree(tmp, ignore_errors=True)
+        warnings.warn(f"agent_gym: could not cache a converted copy in {target} ({exc}); converting on every load")

@@ -14,7 +14,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     tomllib = None
 
-from agent_gym.cli.scaffold import ScaffoldError, add_parser, env_names, main, new_env
+from agent_gym.cli.scaffold import ScaffoldError, env_names, main, new_env
 
 # The module (the package re-exports its function `main`, which hides the submodule's name).
 cli_main = importlib.import_module("agent_gym.cli.main")
@@ -83,10 +83,8 @@ def test_standalone_entry_point(tmp_path, capsys):
 
 
 def test_hooks_into_the_agent_gym_parser(tmp_path, capsys):
-    """What main.py's build_parser needs: add_parser(sub, formatter); errors become UsageError."""
+    """agent-gym's parser has the new-env subcommand; its errors become UsageError."""
     parser = cli_main.build_parser()
-    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
-    add_parser(sub)
     args = parser.parse_args(["new-env", "hooked", "--dest", str(tmp_path)])
     assert args.func(args) == 0
     assert (tmp_path / "hooked" / "agent_gym_hooked" / "env.py").is_file()
