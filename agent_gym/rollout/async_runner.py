@@ -34,7 +34,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from agent_gym.rollout.driver import RolloutResult
+from agent_gym.rollout.driver import RolloutResult, plan_episodes
 from agent_gym.rollout.policy import Generation
 from agent_gym.trajectory import StepRecord, Trajectory, TrajectoryWriter
 
@@ -181,18 +181,7 @@ async def arun_episodes(
         :class:`AsyncRolloutResult`: trajectories in episode order (``metadata["episode"]``,
         ``finish_reasons``, ``worker``) and ``stats``.
     """
-    if task_ids is not None:
-        task_ids = [str(t) for t in task_ids]
-        if episodes is None:
-            episodes = len(task_ids)
-        if episodes > len(task_ids):
-            raise ValueError(f"episodes={episodes} but only {len(task_ids)} task_ids were given")
-    if episodes is None:
-        raise ValueError("pass episodes= (or task_ids=)")
-    if episodes < 0:
-        raise ValueError(f"episodes must be >= 0, got {episodes}")
-    if seeds is not None and len(seeds) < episodes:
-        raise ValueError(f"episodes={episodes} but only {len(seeds)} seeds were given")
+    episodes, task_ids = plan_episodes(episodes, task_ids, seeds)
     if concurrency < 1 or max_batch_size < 1:
         raise ValueError("concurrency and max_batch_size must be >= 1")
 

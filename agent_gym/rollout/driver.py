@@ -81,6 +81,25 @@ class _Episode:
     finish_reasons: list[str] = field(default_factory=list)
 
 
+def plan_episodes(
+    episodes: int | None, task_ids: Sequence[str] | None, seeds: Sequence[int] | None
+) -> tuple[int, list[str] | None]:
+    """Check how episodes are chosen (count, task ids, seeds); returns the count and the ids as str."""
+    if task_ids is not None:
+        task_ids = [str(t) for t in task_ids]
+        if episodes is None:
+            episodes = len(task_ids)
+        if episodes > len(task_ids):
+            raise ValueError(f"episodes={episodes} but only {len(task_ids)} task_ids were given")
+    if episodes is None:
+        raise ValueError("pass episodes= (or task_ids=)")
+    if episodes < 0:
+        raise ValueError(f"episodes must be >= 0, got {episodes}")
+    if seeds is not None and len(seeds) < episodes:
+        raise ValueError(f"episodes={episodes} but only {len(seeds)} seeds were given")
+    return episodes, task_ids
+
+
 def run_episodes(
     envs: EnvOrFactory | Sequence[EnvOrFactory],
     policy: Policy,
@@ -120,18 +139,7 @@ def run_episodes(
         A :class:`RolloutResult` with the trajectories in episode order. Each trajectory's
         ``metadata`` has ``episode`` (its index), ``finish_reasons`` (one per step) and ``metadata``.
     """
-    if task_ids is not None:
-        task_ids = [str(t) for t in task_ids]
-        if episodes is None:
-            episodes = len(task_ids)
-        if episodes > len(task_ids):
-            raise ValueError(f"episodes={episodes} but only {len(task_ids)} task_ids were given")
-    if episodes is None:
-        raise ValueError("pass episodes= (or task_ids=)")
-    if episodes < 0:
-        raise ValueError(f"episodes must be >= 0, got {episodes}")
-    if seeds is not None and len(seeds) < episodes:
-        raise ValueError(f"episodes={episodes} but only {len(seeds)} seeds were given")
+    episodes, task_ids = plan_episodes(episodes, task_ids, seeds)
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
 

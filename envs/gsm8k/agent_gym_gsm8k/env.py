@@ -15,10 +15,34 @@ from agent_gym.tools import calculator
 from agent_gym_gsm8k.data import GSM8KTask, load_gsm8k
 from agent_gym_gsm8k.reward import score_answer
 
-__all__ = ["GSM8KEnv", "GSM8KToolEnv"]
+__all__ = ["GSM8KTaskSource", "GSM8KEnv", "GSM8KToolEnv"]
 
 
-class GSM8KEnv(AgentEnv):
+class GSM8KTaskSource:
+    """The task hooks of every GSM8K-based env: seeded draws from ``self.tasks`` (a ``TaskList`` of
+    :class:`GSM8KTask`), lookup by id, and custom tasks from ``{"question", "answer"}``."""
+
+    tasks: TaskList[GSM8KTask]
+
+    def sample_task(self, rng: np.random.Generator) -> GSM8KTask:
+        return self.tasks.sample(rng)
+
+    def get_task(self, task_id: str) -> GSM8KTask:
+        return self.tasks.get(task_id)
+
+    def task_from_dict(self, task: Mapping[str, Any]) -> GSM8KTask:
+        missing = {"question", "answer"} - set(task)
+        if missing:
+            raise ValueError(f"a GSM8K task needs the keys question and answer; missing {sorted(missing)}")
+        return GSM8KTask(
+            id=str(task.get("id", "custom")),
+            question=str(task["question"]),
+            answer=str(task["answer"]),
+            solution=str(task.get("solution", "")),
+        )
+
+
+class GSM8KEnv(GSM8KTaskSource, AgentEnv):
     """GSM8K, one step: the policy reasons and ends with ``#### <number>``.
 
     Reward: 1.0 when the number after the last ``####`` equals the reference answer after
@@ -51,23 +75,6 @@ class GSM8KEnv(AgentEnv):
         self.split = split
         self.tasks = TaskList(load_gsm8k(split, data_dir), name=f"GSM8K {split} split")
         self.prompts = PromptTemplates("agent_gym_gsm8k", prompt_dir)
-
-    def sample_task(self, rng: np.random.Generator) -> GSM8KTask:
-        return self.tasks.sample(rng)
-
-    def get_task(self, task_id: str) -> GSM8KTask:
-        return self.tasks.get(task_id)
-
-    def task_from_dict(self, task: Mapping[str, Any]) -> GSM8KTask:
-        missing = {"question", "answer"} - set(task)
-        if missing:
-            raise ValueError(f"a GSM8K task needs the keys question and answer; missing {sorted(missing)}")
-        return GSM8KTask(
-            id=str(task.get("id", "custom")),
-            question=str(task["question"]),
-            answer=str(task["answer"]),
-            solution=str(task.get("solution", "")),
-        )
 
     def initial_messages(self, task: GSM8KTask) -> list[dict[str, Any]]:
         tools = [] if self.template.renders_tools else [t.schema() for t in self.tools]

@@ -14,12 +14,13 @@ from agent_gym.core.tasks import TaskList
 from agent_gym.sandbox import Sandbox, SandboxConfig
 from agent_gym.sandbox.tool import PythonTool, SandboxToolExecutor
 from agent_gym_gsm8k.data import GSM8KTask, load_gsm8k
+from agent_gym_gsm8k.env import GSM8KTaskSource
 from agent_gym_gsm8k.reward import score_answer
 
 __all__ = ["GSM8KPythonEnv"]
 
 
-class GSM8KPythonEnv(AgentEnv):
+class GSM8KPythonEnv(GSM8KTaskSource, AgentEnv):
     """GSM8K with a ``python(code)`` tool running in :mod:`agent_gym.sandbox` (tool-integrated reasoning).
 
     Each assistant turn either calls ``python`` (hermes ``<tool_call>`` JSON; the output, a traceback or
@@ -68,23 +69,6 @@ class GSM8KPythonEnv(AgentEnv):
     @property
     def sandbox(self) -> Sandbox:
         return self.python.sandbox
-
-    def sample_task(self, rng: np.random.Generator) -> GSM8KTask:
-        return self.tasks.sample(rng)
-
-    def get_task(self, task_id: str) -> GSM8KTask:
-        return self.tasks.get(task_id)
-
-    def task_from_dict(self, task: Mapping[str, Any]) -> GSM8KTask:
-        missing = {"question", "answer"} - set(task)
-        if missing:
-            raise ValueError(f"a GSM8K task needs the keys question and answer; missing {sorted(missing)}")
-        return GSM8KTask(
-            id=str(task.get("id", "custom")),
-            question=str(task["question"]),
-            answer=str(task["answer"]),
-            solution=str(task.get("solution", "")),
-        )
 
     def initial_messages(self, task: GSM8KTask) -> list[dict[str, Any]]:
         tools = [] if self.template.renders_tools else [t.schema() for t in self.tools]
