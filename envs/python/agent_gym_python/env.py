@@ -6,7 +6,6 @@ import functools
 import os
 from typing import Any, Mapping
 
-import numpy as np
 
 from agent_gym.core.env import AgentEnv, Grade, Turn
 from agent_gym.core.prompts import PromptTemplates

@@ -3,10 +3,11 @@
     python -m agent_gym_verl.main_ppo <the usual verl hydra options>
 
 It is verl's own ``verl.trainer.main_ppo.main`` (same config, same validation, same Ray set-up); the
-only change is the ``TaskRunner`` it starts: a subclass of verl's legacy ``TaskRunner`` that, inside
-its Ray actor, builds :func:`agent_gym_verl.trainer.agent_gym_trainer_class` instead of
-``RayPPOTrainer`` and marks the config (``agent_gym.step_trainer=True``) so that the step-mode agent
-loop can refuse to run under a trainer that would not expand its rows. Concat mode needs none of
+only change is the ``TaskRunner`` it starts (:class:`AgentGymTaskRunner`): inside its Ray actor it
+runs verl's legacy ``TaskRunner`` with :func:`agent_gym_verl.trainer.agent_gym_trainer_class` in place
+of ``RayPPOTrainer``. That trainer marks the config (``agent_gym.step_trainer=True``) before it starts the
+agent-loop workers, so the step-mode agent loop refuses to run under any trainer that would not
+expand its rows. Concat mode needs none of
 this (stock ``python -m verl.trainer.main_ppo`` runs it); here it also gets the ``agent_gym/*`` env
 metrics in the training log.
 
@@ -21,10 +22,9 @@ from typing import Any
 
 from agent_gym_verl import compat
 
-__all__ = ["install", "main", "STEP_TRAINER_FLAG"]
+from agent_gym_verl.trainer import STEP_TRAINER_FLAG
 
-#: Config key (top level) that the step-mode agent loop checks.
-STEP_TRAINER_FLAG = "agent_gym"
+__all__ = ["AgentGymTaskRunner", "install", "main", "dry_run", "STEP_TRAINER_FLAG"]
 
 
 def _plain_class(cls: Any) -> type:
@@ -32,37 +32,51 @@ def _plain_class(cls: Any) -> type:
     return getattr(cls, "__ray_actor_class__", cls)
 
 
-def agent_gym_task_runner_class() -> type:
+def _original_task_runner() -> type:
     module = compat.task_runner_module()
-    base = _plain_class(getattr(module, "_agent_gym_original_TaskRunner", module.TaskRunner))
+    return _plain_class(getattr(module, "_agent_gym_original_TaskRunner", module.TaskRunner))
 
-    class AgentGymTaskRunner(base):  # type: ignore[misc, valid-type]
-        def run(self, config: Any) -> Any:
-            from omegaconf import open_dict
 
-            from agent_gym_verl.trainer import agent_gym_trainer_class
+class AgentGymTaskRunner:
+    """Runs verl's legacy ``TaskRunner`` with the agent-gym trainer, inside the Ray actor.
 
-            runner_module = compat.task_runner_module()
-            runner_module.RayPPOTrainer = agent_gym_trainer_class(compat.ray_trainer_module().RayPPOTrainer)
-            with open_dict(config):
-                config[STEP_TRAINER_FLAG] = {"step_trainer": True}
-            return super().run(config)
+    Deliberately *not* a subclass of verl's ``TaskRunner``: Ray ships actor classes with cloudpickle,
+    and a class (or base class) that is pickled by value gets private copies of its methods' globals,
+    which no patch of verl's module reaches. Here nothing of verl is pickled: ``run`` executes in the
+    actor process, where verl's modules are imported normally, replaces ``RayPPOTrainer`` in the module
+    of verl's ``TaskRunner`` and then runs verl's own ``TaskRunner`` in-process.
+    """
 
-    return AgentGymTaskRunner
+    def _agent_gym_patch(self) -> tuple[type, Any]:
+        """Install the agent-gym trainer in this process; returns verl's runner class and the trainer
+        class its ``run`` will build."""
+        from agent_gym_verl import compat as _compat
+        from agent_gym_verl.main_ppo import _original_task_runner
+        from agent_gym_verl.trainer import agent_gym_trainer_class
+
+        runner_cls = _original_task_runner()
+        trainer_cls = agent_gym_trainer_class(_compat.ray_trainer_module().RayPPOTrainer)
+        _compat.task_runner_module().RayPPOTrainer = trainer_cls
+        return runner_cls, runner_cls.run.__globals__["RayPPOTrainer"]
+
+    def run(self, config: Any) -> Any:
+        runner_cls, trainer_cls = self._agent_gym_patch()
+        if not trainer_cls.__name__.startswith("AgentGym"):
+            raise RuntimeError(f"agent_gym_verl: verl's TaskRunner would build {trainer_cls!r}, not the agent-gym trainer")
+        return runner_cls().run(config)
 
 
 def install() -> None:
-    """Make verl's ``main`` start the agent-gym ``TaskRunner`` (idempotent)."""
+    """Make verl's ``main`` start :class:`AgentGymTaskRunner` (idempotent)."""
     module = compat.task_runner_module()
     if not hasattr(module, "_agent_gym_original_TaskRunner"):
         module._agent_gym_original_TaskRunner = module.TaskRunner
-    runner = agent_gym_task_runner_class()
     if compat.LEGACY_LAYOUT:
-        module.TaskRunner = runner  # run_ppo wraps it with ray.remote(num_cpus=1)
+        module.TaskRunner = AgentGymTaskRunner  # run_ppo wraps it with ray.remote(num_cpus=1)
     else:
         import ray
 
-        module.TaskRunner = ray.remote(runner)
+        module.TaskRunner = ray.remote(num_cpus=1)(AgentGymTaskRunner)
 
 
 def _files_use_step_mode(files: Any) -> bool:
@@ -122,4 +136,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # Re-enter through the importable module, so that Ray ships AgentGymTaskRunner by reference.
+    from agent_gym_verl.main_ppo import main as _main
+
+    _main()

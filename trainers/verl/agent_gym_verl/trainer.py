@@ -19,7 +19,7 @@
    ``fit`` returns.
 
 At construction the trainer checks the settings step mode cannot honour (the advantage estimator,
-enumerated from verl's enum at run time; the v1 trainer) so that a bad run fails at start-up.
+enumerated from verl's enum at run time) so that a bad run fails at start-up.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from typing import Any
 
 from agent_gym_verl import compat
 from agent_gym_verl.step_advantage import (
-    StepModeError,
     check_estimator,
     compute_step_advantage,
     expand_step_batch,
@@ -45,6 +44,8 @@ logger = logging.getLogger(__name__)
 __all__ = ["agent_gym_trainer_class", "step_aware_compute_advantage", "dataset_uses_step_mode", "STEP_AGENT_NAME"]
 
 STEP_AGENT_NAME = "agent_gym_step"
+#: Top-level config key the step-mode agent loop checks (set by this trainer).
+STEP_TRAINER_FLAG = "agent_gym"
 
 
 def dataset_uses_step_mode(dataset: Any, default_agent_loop: str | None = None) -> bool:
@@ -83,13 +84,17 @@ def agent_gym_trainer_class(base: type) -> type:
             self._agent_gym_step_mode = dataset_uses_step_mode(getattr(self, "train_dataset", None), default_loop)
             if self._agent_gym_step_mode:
                 check_estimator(cfg.algorithm.adv_estimator, cfg.algorithm)
-                if cfg.trainer.get("use_v1", False):
-                    raise StepModeError("step mode runs on verl's legacy trainer: set trainer.use_v1=False")
             from omegaconf import open_dict
 
             self._agent_gym_balance = bool(cfg.trainer.get("balance_batch", True))
             with open_dict(cfg):
                 cfg.trainer.balance_batch = True  # our hook lives in _balance_batch
+                # Read by the step-mode agent loop (the workers get this config in init_workers):
+                # only a trainer that expands step rows may run it.
+                cfg[STEP_TRAINER_FLAG] = {"step_trainer": True}
+            logger.warning(
+                "agent_gym_verl: trainer extension active (step-mode rows in the train data: %s)", self._agent_gym_step_mode
+            )
 
         def _balance_batch(self, batch: Any, metrics: dict, logging_prefix: str = "global_seqlen", keep_minibatch: bool = False):
             metrics.update(trajectory_metrics(batch))
