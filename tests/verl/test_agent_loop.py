@@ -1,0 +1,264 @@
+"""The agent-gym agent loops under verl's own agent-loop machinery, on CPU.
+
+Real: verl's ``AgentLoopWorker`` (its config file handling, agent-loop instantiation through hydra,
+padding and batching into a ``DataProto``), verl's ``RLHFDataset`` and ``collate_fn`` on a parquet
+written by ``agent_gym_verl.export``, the trainer's own ``_get_gen_batch``, the GSM8KTool env with its
+calculator, and the SmolLM2-135M-Instruct model generating every turn but the first.
+
+The only stand-in: no vLLM server. The server manager is ``HFServerManager`` (transformers, greedy,
+CPU, at most 24 new tokens a turn, episodes of at most 3 turns). Greedy SmolLM2 does not call the calculator by itself, so the first
+turn of each trajectory is scripted: a hermes ``<tool_call>`` for the task (its log-probs are still the
+model's own); every later turn is the real model's output. That makes each episode multi-turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+pytest.importorskip("verl")
+
+import gymnasium as gym  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from _verl_support import (  # noqa: E402
+    HFServerManager,
+    dataset_batch,
+    gen_batch,
+    hf_model_folder,
+    mark_step_trainer,
+    verl_config,
+)
+
+from agent_gym_verl import agent_loop as al  # noqa: E402
+from agent_gym_verl import compat  # noqa: E402
+from agent_gym_verl.export import export_env  # noqa: E402
+
+ENV_ID = "AgentR1/GSM8KTool-v0"
+TOOL_CALL = '<tool_call>\n{"name": "calculate", "arguments": {"expression": "(16 - 3 - 4) * 2"}}\n</tool_call><|im_end|>'
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory, verl_tokenizer):
+    return hf_model_folder(str(tmp_path_factory.mktemp("hf")), verl_tokenizer)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    out = tmp_path_factory.mktemp("data")
+    return {
+        # at most 3 turns: keeps the CPU time of real generation small
+        mode: str(export_env(ENV_ID, "test", out / mode, mode=mode, limit=2, env_kwargs={"max_turns": 3}))
+        for mode in ("concat", "step")
+    }
+
+
+def _unpad(out, row):
+    b = out.batch
+    width = b["prompts"].shape[1]
+    attn = b["attention_mask"][row]
+    p = b["prompts"][row][attn[:width].bool()].tolist()
+    valid = attn[width:].bool()
+    return {
+        "prompt": p,
+        "response": b["responses"][row][valid].tolist(),
+        "mask": b["response_mask"][row][valid].tolist(),
+        "logprobs": b["rollout_log_probs"][row][valid].tolist(),
+        "rm_scores": b["rm_scores"][row][valid].tolist(),
+    }
+
+
+def _replay(tokenizer, env_kwargs, calls):
+    """A fresh env stepped with the recorded actions: its final context, return, last info."""
+    import agent_gym  # noqa: F401
+
+    env = gym.make(ENV_ID, tokenizer=tokenizer, **env_kwargs)
+    obs, _ = env.reset(options={"task_id": "test-0"})
+    total, info = 0.0, {}
+    for _, prompt, ids, _ in calls:
+        assert obs["prompt_ids"].tolist() == prompt  # the server was asked for exactly the env's prompt
+        obs, reward, terminated, truncated, info = env.step(np.asarray(ids))
+        total += reward
+        if terminated or truncated:
+            break
+    return list(env.unwrapped.context.ids), total, info
+
+
+def _run(worker, batch):
+    return asyncio.run(worker.generate_sequences(gen_batch(batch)))
+
+
+def test_concat_mode_matches_env_token_for_token(model_dir, data, smollm2_model, verl_tokenizer):
+    cfg = verl_config(model_dir)
+    al._ENV_POOL.clear()
+    script = verl_tokenizer.encode(TOOL_CALL, add_special_tokens=False)
+    server = HFServerManager(smollm2_model, verl_tokenizer, scripted_first_turn=script)
+    worker = compat.make_agent_loop_worker(cfg, server)
+    tok = worker.tokenizer  # verl's own, loaded from model.path; the env is made with it
+    batch = dataset_batch(cfg, data["concat"], tok, rows=[0])
+    out = _run(worker, batch)
+
+    assert len(out) == 1
+    row = _unpad(out, 0)
+    calls = [c for c in server.calls]
+    assert len(calls) >= 2, "the episode must be multi-turn"
+    p0 = len(row["prompt"])
+    assert row["prompt"] == calls[0][1]
+
+    # prompt + response == the env's final context, token for token (a fresh env replaying the actions).
+    key = next(iter(al._ENV_POOL))
+    make_kwargs = json.loads(key[1])
+    final_ids, total, info = _replay(tok, make_kwargs, calls)
+    assert row["prompt"] + row["response"] == final_ids
+    pooled = al._ENV_POOL[key][0]
+    assert list(pooled.unwrapped.context.ids) == final_ids
+
+    # response_mask is 1 exactly on generated tokens; log-probs line up with the server's, 0.0 elsewhere.
+    expected_mask = [0] * len(row["response"])
+    expected_lp = [0.0] * len(row["response"])
+    for _, prompt, ids, lps in calls:
+        start = len(prompt) - p0
+        for k, (t, lp) in enumerate(zip(ids, lps)):
+            assert row["response"][start + k] == t
+            expected_mask[start + k] = 1
+            expected_lp[start + k] = lp
+    assert row["mask"] == expected_mask
+    assert row["logprobs"] == pytest.approx(expected_lp, abs=1e-5)
+    assert sum(row["mask"]) == sum(len(c[2]) for c in calls)
+
+    # reward and turns are the env's.
+    assert sum(row["rm_scores"]) == pytest.approx(total)
+    assert info["tool_calls"] >= 1 and info["turn"] == len(calls), (info, [(len(c[1]), c[2]) for c in calls])
+    nt = out.non_tensor_batch
+    assert nt["agent_gym_turns"][0] == info["turn"]
+    assert nt["__num_turns__"][0] == 2 * info["turn"]  # user + T assistant + (T-1) tool replies
+    assert nt["tool_calls"][0] == info["tool_calls"]
+    assert nt["acc"][0] == float(bool(info["correct"]))
+    assert nt["agent_gym_reward_components"][0] == info["reward_components"]
+
+
+def test_step_mode_rows_expand_to_the_env_steps(model_dir, data, smollm2_model, verl_tokenizer):
+    from agent_gym_verl.step_advantage import STEP_KEY, TRAJ_KEY, expand_step_batch
+
+    cfg = mark_step_trainer(verl_config(model_dir))
+    al._ENV_POOL.clear()
+    script = verl_tokenizer.encode(TOOL_CALL, add_special_tokens=False)
+    server = HFServerManager(smollm2_model, verl_tokenizer, scripted_first_turn=script)
+    worker = compat.make_agent_loop_worker(cfg, server)
+    tok = worker.tokenizer
+    batch = dataset_batch(cfg, data["step"], tok, rows=[0])
+    out = _run(worker, batch)
+    steps = out.non_tensor_batch[al.STEPS_KEY][0]
+    calls = list(server.calls)
+    assert len(steps) == len(calls) >= 2
+    row = _unpad(out, 0)
+    assert row["prompt"] == calls[0][1] and row["response"] == calls[0][2]  # the row is the first step
+
+    expanded, stats = expand_step_batch(out, pad_token_id=tok.pad_token_id, pad_to_multiple=1)
+    assert len(expanded) == len(calls)
+    key = next(iter(al._ENV_POOL))
+    final_ids, total, info = _replay(tok, json.loads(key[1]), calls)
+    assert info["tool_calls"] >= 1 and info["turn"] == len(calls)
+    for k, (_, prompt, ids, lps) in enumerate(calls):
+        r = _unpad(expanded, k)
+        assert expanded.non_tensor_batch[TRAJ_KEY][k] == 0 and expanded.non_tensor_batch[STEP_KEY][k] == k
+        assert r["prompt"] == prompt and r["response"] == ids
+        assert r["mask"] == [1] * len(ids)
+        assert r["logprobs"] == pytest.approx(lps, abs=1e-5)
+        # every step is a prefix of the final context (the env appended; no drift)
+        assert final_ids[: len(prompt) + len(ids)] == prompt + ids
+    assert sum(_unpad(expanded, len(calls) - 1)["rm_scores"]) == pytest.approx(total)
+    assert expanded.batch["prompts"].shape[1] == max(len(c[1]) for c in calls)  # padded to the longest step
+    assert 0.0 <= stats["agent_gym/step/padding_fraction"] < stats["agent_gym/step/padding_fraction_if_fixed"]
+
+
+def test_step_loop_refuses_to_run_without_the_step_trainer(model_dir):
+    cfg = verl_config(model_dir)
+    from agent_gym.models import load_tokenizer
+
+    with pytest.raises(RuntimeError, match="agent_gym_verl.main_ppo"):
+        al.AgentGymStepAgentLoop(**compat.agent_loop_init_kwargs(cfg, None, load_tokenizer()))
+
+
+def _register_rewrite_env():
+    """GSM8KTool whose reply to a tool call rewrites the whole context (a new segment)."""
+    from agent_gym_gsm8k.env import GSM8KToolEnv
+
+    class RewriteEnv(GSM8KToolEnv):
+        def respond(self, turn):
+            reply = super().respond(turn)
+            if reply.messages:
+                ctx = self.context
+                reply.rewrite = [*ctx.messages[:2], {"role": "user", "content": f"Calculator said: {reply.messages[0]['content']}"}]
+            return reply
+
+        async def arespond(self, turn):
+            return self.respond(turn)
+
+    if "AgentGymTest/Rewrite-v0" not in gym.registry:
+        gym.register("AgentGymTest/Rewrite-v0", entry_point=RewriteEnv, disable_env_checker=True)
+
+
+def test_concat_mode_rejects_rewritten_context_and_step_mode_takes_it(model_dir, smollm2_model, verl_tokenizer):
+    _register_rewrite_env()
+    cfg = mark_step_trainer(verl_config(model_dir, "data.max_response_length=64"))
+    tok = verl_tokenizer
+    script = tok.encode(TOOL_CALL, add_special_tokens=False)
+    row = {"extra_info": {"env_id": "AgentGymTest/Rewrite-v0", "task_id": "test-0", "env_kwargs": '{"split": "test"}'}}
+
+    server = HFServerManager(smollm2_model, tok, max_new_tokens=8, scripted_first_turn=script)
+    loop = al.AgentGymAgentLoop(**compat.agent_loop_init_kwargs(cfg, server, tok))
+    with pytest.raises(al.ConcatModeError, match="step mode"):
+        asyncio.run(loop.run({"temperature": 0.0, "logprobs": True}, **row))
+
+    server = HFServerManager(smollm2_model, tok, max_new_tokens=8, scripted_first_turn=script)
+    step_loop = al.AgentGymStepAgentLoop(**compat.agent_loop_init_kwargs(cfg, server, tok))
+    output = asyncio.run(step_loop.run({"temperature": 0.0, "logprobs": True}, **row))
+    steps = output.extra_fields[al.STEPS_KEY]
+    assert len(steps) >= 2 and steps[0]["new_segment"] is True
+    second = steps[1]["prompt_ids"].tolist()
+    assert second[: len(output.prompt_ids)] != output.prompt_ids + output.response_ids  # really rewritten
+    assert torch.tensor(second).numel() <= cfg.actor_rollout_ref.rollout.prompt_length
+
+
+class _ScriptedServer:
+    """Answers every turn with the same token ids (no model): for the budget bookkeeping only."""
+
+    def __init__(self, ids):
+        self.ids = list(ids)
+        self.max_tokens = []
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
+        from verl.workers.rollout.replica import TokenOutput
+
+        self.max_tokens.append(sampling_params["max_tokens"])
+        n = min(len(self.ids), sampling_params["max_tokens"])
+        return TokenOutput(token_ids=self.ids[:n], log_probs=[-0.25] * n)
+
+
+@pytest.mark.parametrize("response_length", [48, 90])
+def test_concat_mode_cuts_at_response_length_with_mask_consistent(model_dir, verl_tokenizer, response_length):
+    """A policy that calls the tool every turn: each turn gets max_tokens = what is left of
+    response_length, and the sample ends there with response, mask and log-probs cut alike."""
+    cfg = verl_config(model_dir, f"data.max_response_length={response_length}")
+    script = verl_tokenizer.encode(TOOL_CALL, add_special_tokens=False)
+    server = _ScriptedServer(script)
+    loop = al.AgentGymAgentLoop(**compat.agent_loop_init_kwargs(cfg, server, verl_tokenizer))
+    row = {"extra_info": {"env_id": ENV_ID, "task_id": "test-0", "env_kwargs": '{"split": "test"}'}}
+    out = asyncio.run(loop.run({"temperature": 1.0, "logprobs": True}, **row))
+    assert len(out.response_ids) == len(out.response_mask) == len(out.response_logprobs) == response_length
+    assert server.max_tokens[0] == response_length
+    starts = [i for i, m in enumerate(out.response_mask) if m and (i == 0 or not out.response_mask[i - 1])]
+    assert len(starts) == len(server.max_tokens) >= 1
+    for start, budget in zip(starts, server.max_tokens):  # each turn gets what the earlier ones left
+        assert budget == response_length - start
+    # mask: 1 on the scripted turns (as far as they fit), 0 on tool replies; log-probs follow the mask
+    for m, lp in zip(out.response_mask, out.response_logprobs):
+        assert lp == (-0.25 if m else 0.0)
+    assert out.response_ids[: len(script)] == script[:response_length] and all(out.response_mask[: min(len(script), response_length)])
+    assert out.extra_fields["agent_gym_truncated_reason"] == "response_length"
+    assert out.reward_score == 0.0
