@@ -6,12 +6,13 @@
 #
 # Idempotent: a virtualenv that exists and carries the stamp of the same pins is reused (only the
 # project's own packages are re-installed, editable, from this checkout); otherwise it is rebuilt.
-# Where: $VERL_VENV_ROOT (default /work), as venv-verl07 and venv-verl09.
+# Where: $VERL_VENV_ROOT (default .venv-verl/ in the checkout), as venv-verl07 and venv-verl09.
 # Prints one summary line per verl version and exits non-zero if any test failed or none ran.
 set -uo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-VENV_ROOT=${VERL_VENV_ROOT:-/work}
+VENV_ROOT=${VERL_VENV_ROOT:-$REPO/.venv-verl}
+mkdir -p "$VENV_ROOT"
 PYTHON=${PYTHON:-python3}
 export AGENT_GYM_GSM8K_DIR=${AGENT_GYM_GSM8K_DIR:-$REPO/../shared/data/gsm8k}
 export PIP_DISABLE_PIP_VERSION_CHECK=1 TOKENIZERS_PARALLELISM=false HYDRA_FULL_ERROR=1
