@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-import sys
 import threading
 import time
 import uuid
@@ -34,7 +33,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from agent_gym.rollout.driver import RolloutResult, plan_episodes
+from agent_gym.rollout.driver import RolloutResult, _progress_bar, plan_episodes
 from agent_gym.rollout.policy import Generation
 from agent_gym.trajectory import StepRecord, Trajectory, TrajectoryWriter
 
@@ -355,17 +354,3 @@ def _is_factory(obj: Any) -> bool:
     return callable(obj) and not (hasattr(obj, "reset") and hasattr(obj, "step") and not isinstance(obj, type))
 
 
-class _NoBar:
-    def update(self, n: int = 1) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-def _progress_bar(total: int, enabled: bool) -> Any:
-    if not enabled:
-        return _NoBar()
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc="episodes", unit="ep", file=sys.stderr, dynamic_ncols=True)

@@ -19,8 +19,9 @@ __all__ = ["GSM8KTaskSource", "GSM8KEnv", "GSM8KToolEnv"]
 
 
 class GSM8KTaskSource:
-    """The task hooks of every GSM8K-based env: seeded draws from ``self.tasks`` (a ``TaskList`` of
-    :class:`GSM8KTask`), lookup by id, and custom tasks from ``{"question", "answer"}``."""
+    """The task and grading hooks of every GSM8K-based env: seeded draws from ``self.tasks`` (a
+    ``TaskList`` of :class:`GSM8KTask`), lookup by id, custom tasks from ``{"question", "answer"}``,
+    and the outcome reward of the number after the last ``####``."""
 
     tasks: TaskList[GSM8KTask]
 
@@ -39,6 +40,21 @@ class GSM8KTaskSource:
             question=str(task["question"]),
             answer=str(task["answer"]),
             solution=str(task.get("solution", "")),
+        )
+
+
+    def grade(self, task: GSM8KTask, turn: Turn) -> Grade:
+        check = score_answer(turn.parsed.content, task.answer)
+        return Grade(
+            reward=check.reward,
+            correct=check.correct,
+            components={"outcome": check.reward},
+            info={
+                "answer_check": check.reason,
+                "format_ok": check.reason in ("correct", "wrong_answer"),
+                "predicted": check.predicted_normalized,
+                "expected": task.answer,
+            },
         )
 
 
@@ -82,20 +98,6 @@ class GSM8KEnv(GSM8KTaskSource, AgentEnv):
             {"role": "system", "content": self.prompts.render(self._system_template, tools=tools)},
             {"role": "user", "content": self.prompts.render("gsm8k_user.j2", question=task.question)},
         ]
-
-    def grade(self, task: GSM8KTask, turn: Turn) -> Grade:
-        check = score_answer(turn.parsed.content, task.answer)
-        return Grade(
-            reward=check.reward,
-            correct=check.correct,
-            components={"outcome": check.reward},
-            info={
-                "answer_check": check.reason,
-                "format_ok": check.reason in ("correct", "wrong_answer"),
-                "predicted": check.predicted_normalized,
-                "expected": task.answer,
-            },
-        )
 
 
 class GSM8KToolEnv(GSM8KEnv):

@@ -7,14 +7,13 @@ import os
 from typing import Any, Mapping
 
 
-from agent_gym.core.env import AgentEnv, Grade, Turn
+from agent_gym.core.env import AgentEnv
 from agent_gym.core.prompts import PromptTemplates
 from agent_gym.core.tasks import TaskList
 from agent_gym.sandbox import Sandbox, SandboxConfig
 from agent_gym.sandbox.tool import PythonTool, SandboxToolExecutor
 from agent_gym_gsm8k.data import GSM8KTask, load_gsm8k
 from agent_gym_gsm8k.env import GSM8KTaskSource
-from agent_gym_gsm8k.reward import score_answer
 
 __all__ = ["GSM8KPythonEnv"]
 
@@ -78,20 +77,6 @@ class GSM8KPythonEnv(GSM8KTaskSource, AgentEnv):
             {"role": "system", "content": system},
             {"role": "user", "content": self.prompts.render("gsm8k_python_user.j2", question=task.question)},
         ]
-
-    def grade(self, task: GSM8KTask, turn: Turn) -> Grade:
-        check = score_answer(turn.parsed.content, task.answer)
-        return Grade(
-            reward=check.reward,
-            correct=check.correct,
-            components={"outcome": check.reward},
-            info={
-                "answer_check": check.reason,
-                "format_ok": check.reason in ("correct", "wrong_answer"),
-                "predicted": check.predicted_normalized,
-                "expected": task.answer,
-            },
-        )
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
         obs, info = super().reset(seed=seed, options=options)
