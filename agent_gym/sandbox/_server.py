@@ -1041,24 +1041,33 @@ class Server:
         code = os.WEXITSTATUS(status)
         return {"kind": "error", "detail": "exit", "error": f"the Python process exited with status {code} before finishing"}
 
-    def _drain_out(self, slot: _Slot) -> None:
-        if not slot.out_open:
-            return
+    def _read_chunks(self, fd: int):
+        """Yield what a non-blocking pipe holds now; a final ``b""`` means end of file (the fd is
+        then unregistered from the selector)."""
         while True:
             try:
-                chunk = os.read(slot.out_r, 65536)
+                chunk = os.read(fd, 65536)
             except BlockingIOError:
                 return
             except OSError:
                 chunk = b""
             if not chunk:
-                slot.out_open = False
                 try:
-                    self.sel.unregister(slot.out_r)
+                    self.sel.unregister(fd)
                 except (KeyError, ValueError):
                     pass
+                yield b""
                 return
-            self._keep_output(slot, chunk)
+            yield chunk
+
+    def _drain_out(self, slot: _Slot) -> None:
+        if not slot.out_open:
+            return
+        for chunk in self._read_chunks(slot.out_r):
+            if not chunk:
+                slot.out_open = False
+            else:
+                self._keep_output(slot, chunk)
 
     def _keep_output(self, slot: _Slot, chunk: bytes) -> None:
         job = slot.job
@@ -1072,21 +1081,11 @@ class Server:
     def _read_res(self, slot: _Slot) -> None:
         if not slot.res_open:
             return
-        while True:
-            try:
-                chunk = os.read(slot.res_r, 65536)
-            except BlockingIOError:
-                break
-            except OSError:
-                chunk = b""
+        for chunk in self._read_chunks(slot.res_r):
             if not chunk:
                 slot.res_open = False
-                try:
-                    self.sel.unregister(slot.res_r)
-                except (KeyError, ValueError):
-                    pass
-                break
-            slot.res_buf += chunk
+            else:
+                slot.res_buf += chunk
         try:
             frames = _split_frames(slot.res_buf, _MAX_RESULT_FRAME)
         except ValueError:
