@@ -17,10 +17,12 @@ set -xeuo pipefail
 MODEL_PATH=${MODEL_PATH:-/root/smollm2}
 DATA_DIR=${DATA_DIR:-$HOME/data/countdown_easy}
 STEPS=${STEPS:-30}
+CKPT_DIR=${CKPT_DIR:-$HOME/ckpt/countdown_easy}   # checkpoints every 5 steps; a rerun resumes from the last
+PPO_MAIN=${PPO_MAIN:-agent_gym_verl.main_ppo}    # the agent-gym trainer; verl.trainer.main_ppo for concat-mode data
 cd "$(dirname "$0")/.." && source examples/_verl_common.sh
 export VLLM_USE_FLASHINFER_SAMPLER=0 HYDRA_FULL_ERROR=1
 
-python3 -m agent_gym_verl.main_ppo \
+python3 -m "$PPO_MAIN" \
     algorithm.adv_estimator=grpo `# trajectory-level GRPO: each step gets its trajectory's advantage` \
     algorithm.use_kl_in_reward=False \
     data.train_files="$DATA_DIR/train.parquet" \
@@ -33,9 +35,10 @@ python3 -m agent_gym_verl.main_ppo \
     data.return_raw_chat=True \
     actor_rollout_ref.model.path="$MODEL_PATH" \
     actor_rollout_ref.model.use_remove_padding=False `# no flash-attn on the machine` \
+    actor_rollout_ref.model.enable_gradient_checkpointing=False `# 135M parameters: memory is plentiful, recompute is not free` \
     +actor_rollout_ref.model.override_config.attn_implementation=sdpa \
-    actor_rollout_ref.actor.optim.lr=2e-6 \
-    actor_rollout_ref.actor.ppo_mini_batch_size=64 \
+    actor_rollout_ref.actor.optim.lr=1e-5 `# a 135M model moves slowly at the 1e-6 used for billions` \
+    actor_rollout_ref.actor.ppo_mini_batch_size=32 `# two updates per step` \
     actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=64 \
     actor_rollout_ref.actor.use_kl_loss=False \
     actor_rollout_ref.rollout.name=vllm \
@@ -56,7 +59,10 @@ python3 -m agent_gym_verl.main_ppo \
     trainer.n_gpus_per_node=1 \
     trainer.nnodes=1 \
     trainer.val_before_train=True \
-    trainer.save_freq=-1 \
+    trainer.save_freq=5 \
+    trainer.max_actor_ckpt_to_keep=1 \
+    trainer.default_local_dir="$CKPT_DIR" \
+    trainer.resume_mode=auto \
     trainer.test_freq=5 \
     trainer.total_training_steps=$STEPS \
     "${VERL_VERSION_ARGS[@]}" "$@"

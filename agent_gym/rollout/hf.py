@@ -62,8 +62,8 @@ class HFPolicy:
         import torch
         from transformers import GenerationConfig
 
-        from agent_gym.chat.template import ChatTemplate
         from agent_gym.models import DEFAULT_MODEL, load_causal_lm, load_tokenizer
+        from agent_gym.rollout.policy import default_stop_ids
 
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {temperature}")
@@ -93,14 +93,9 @@ class HFPolicy:
             self.model.to(self.device)
         self.model.eval()
 
-        if stop_ids is None:
-            stop_ids = list(ChatTemplate(self.tokenizer).end_of_turn_ids)
-            eos = self.tokenizer.eos_token_id
-            if eos is not None and eos not in stop_ids:
-                stop_ids.append(eos)
-        self.stop_ids: list[int] = [int(t) for t in stop_ids]
+        self.stop_ids: list[int] = default_stop_ids(self.tokenizer) if stop_ids is None else [int(t) for t in stop_ids]
         if not self.stop_ids:
-            raise ValueError("no stop ids: the tokenizer has neither an end-of-turn token nor eos; pass stop_ids=")
+            raise ValueError("stop_ids is empty: a turn would never end")
         pad = self.tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else self.stop_ids[0])
         # A clean config: only the special ids survive from the model's own (see the class docstring).

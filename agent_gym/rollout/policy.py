@@ -12,7 +12,7 @@ from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
-__all__ = ["Generation", "Policy", "AsyncPolicy", "ScriptedPolicy", "FINISH_REASONS"]
+__all__ = ["Generation", "Policy", "AsyncPolicy", "ScriptedPolicy", "FINISH_REASONS", "default_stop_ids"]
 
 #: ``"stop"``: a stop id (end of turn / eos) ended the generation; ``"length"``: ``max_new_tokens`` did.
 FINISH_REASONS = ("stop", "length")
@@ -39,6 +39,26 @@ class Generation:
             raise ValueError(f"finish_reason must be one of {FINISH_REASONS}, got {self.finish_reason!r}")
         if self.logprobs is not None and len(self.logprobs) != len(self.ids):
             raise ValueError(f"{len(self.logprobs)} logprobs for {len(self.ids)} ids; need one per id")
+
+
+def default_stop_ids(tokenizer: Any) -> list[int]:
+    """The ids that end an assistant turn: the chat template's end-of-turn ids plus the tokenizer's eos.
+
+    Every engine backend uses this default so that a turn ends on the same token whichever engine
+    generated it (the env expects its end-of-turn token inside the action).
+
+    Raises:
+        ValueError: the tokenizer has neither an end-of-turn token nor an eos id.
+    """
+    from agent_gym.chat.template import ChatTemplate
+
+    stop_ids = [int(t) for t in ChatTemplate(tokenizer).end_of_turn_ids]
+    eos = tokenizer.eos_token_id
+    if eos is not None and int(eos) not in stop_ids:
+        stop_ids.append(int(eos))
+    if not stop_ids:
+        raise ValueError("no stop ids: the tokenizer has neither an end-of-turn token nor eos; pass stop_ids=")
+    return stop_ids
 
 
 @runtime_checkable

@@ -1,0 +1,229 @@
+"""A policy backed by vLLM's async engine: every episode sends its own request, vLLM batches them.
+
+:class:`VLLMPolicy` implements both halves of the policy interface:
+
+- ``await policy.agenerate(prompt_ids, max_new_tokens=...)``: one request, for the async runner
+  (:func:`agent_gym.rollout.async_runner.run_episodes_async` awaits it per episode, so hundreds of
+  episodes stay in flight and vLLM's continuous batching, not a turn barrier, decides what runs);
+- ``policy.generate(prompts, max_new_tokens=...)``: a batch, for the synchronous driver.
+
+The engine lives on an event loop of its own in a daemon thread, because vLLM's ``AsyncLLM`` binds
+its output handler to the loop it first runs on; callers on any loop (or none) hand requests over
+with ``run_coroutine_threadsafe``. Prompts go in as token ids (``TokensPrompt``) and come back as
+token ids: nothing is re-tokenized, so the env's no-drift context is what the model saw.
+
+``vllm`` is imported when the policy is built, never by ``import agent_gym.rollout``.
+
+Example (on a GPU machine)::
+
+    policy = VLLMPolicy("/models/SmolLM2-135M-Instruct", temperature=1.0, gpu_memory_utilization=0.5)
+    result = run_episodes_async(lambda: gym.make("AgentR1/GSM8KTool-v0", tokenizer=policy.tokenizer),
+                                policy, episodes=512, concurrency=512, max_new_tokens=256)
+    policy.close()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from concurrent.futures import Future
+from typing import Any, Coroutine, Mapping, Sequence, TypeVar
+
+from agent_gym.rollout.policy import Generation, default_stop_ids
+
+__all__ = ["VLLMPolicy", "completion_to_generation"]
+
+T = TypeVar("T")
+
+
+def completion_to_generation(completion: Any, *, with_logprobs: bool) -> Generation:
+    """One vLLM ``CompletionOutput`` (``token_ids``, ``logprobs``, ``finish_reason``) as a :class:`Generation`.
+
+    Args:
+        completion: the finished output of a request (``request_output.outputs[0]``).
+        with_logprobs: the request asked for log-probs (``SamplingParams(logprobs=0)``): each position
+            then holds a ``{token_id: Logprob}`` dict that contains the sampled id.
+
+    Raises:
+        RuntimeError: the request was aborted or did not finish (vLLM's ``finish_reason`` is neither
+            ``"stop"`` nor ``"length"``), or a sampled id is missing from its log-prob entry.
+    """
+    reason = completion.finish_reason
+    if reason not in ("stop", "length"):
+        raise RuntimeError(f"vLLM request ended with finish_reason={reason!r} (aborted or unfinished)")
+    ids = [int(t) for t in completion.token_ids]
+    logprobs: list[float] | None = None
+    if with_logprobs:
+        entries = completion.logprobs
+        if entries is None or len(entries) != len(ids):
+            raise RuntimeError(f"vLLM returned {0 if entries is None else len(entries)} log-prob entries for {len(ids)} ids")
+        logprobs = []
+        for position, (token, entry) in enumerate(zip(ids, entries)):
+            if token not in entry:
+                raise RuntimeError(f"vLLM's log-probs at position {position} do not include the sampled id {token}")
+            logprobs.append(float(entry[token].logprob))
+    return Generation(ids=ids, logprobs=logprobs, finish_reason=reason)
+
+
+class VLLMPolicy:
+    """Generate with vLLM's ``AsyncLLM`` from token ids, one request per prompt.
+
+    Args:
+        model: a Hugging Face model folder (or hub name when online) vLLM can load.
+        tokenizer: the tokenizer the envs use; default: :func:`agent_gym.models.load_tokenizer` of ``model``.
+        temperature: sampling temperature (0 decodes greedily).
+        top_p: nucleus sampling threshold.
+        seed: seed of the engine's sampler (vLLM's ``seed`` engine argument).
+        stop_ids: ids that end a turn; default :func:`~agent_gym.rollout.policy.default_stop_ids`.
+        logprobs: return the sampled ids' log-probs (vLLM's default: the model's raw distribution).
+        gpu_memory_utilization: vLLM's share of the GPU memory.
+        engine_kwargs: further ``AsyncEngineArgs`` fields (``max_model_len``, ``enforce_eager``, ...).
+        engine: an already built engine with ``AsyncLLM``'s ``generate``/``shutdown``; then ``model``
+            only names it and no engine is created (for sharing one engine, and for tests).
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        tokenizer: Any = None,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        seed: int = 0,
+        stop_ids: Sequence[int] | None = None,
+        logprobs: bool = True,
+        gpu_memory_utilization: float = 0.5,
+        engine_kwargs: Mapping[str, Any] | None = None,
+        engine: Any = None,
+    ) -> None:
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        if not 0 < top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+        if tokenizer is None:
+            from agent_gym.models import load_tokenizer
+
+            tokenizer = load_tokenizer(model)
+        self.model_name = str(model)
+        self.tokenizer = tokenizer
+        self.temperature = float(temperature)
+        self.top_p = float(top_p)
+        self.with_logprobs = bool(logprobs)
+        self.stop_ids = default_stop_ids(tokenizer) if stop_ids is None else [int(t) for t in stop_ids]
+        if not self.stop_ids:
+            raise ValueError("stop_ids is empty: a turn would never end")
+        self.vocab_size = len(tokenizer)
+
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="vllm-policy-loop", daemon=True)
+        self._thread.start()
+        self._owns_engine = engine is None
+        if engine is None:
+            args = dict(
+                model=str(model),
+                gpu_memory_utilization=gpu_memory_utilization,
+                seed=seed,
+                disable_log_stats=True,
+            )
+            args.update(engine_kwargs or {})
+            # Built on the policy's loop: AsyncLLM starts its output handler on the loop it runs on.
+            engine = self._call(self._build_engine(args))
+        self.engine = engine
+
+    @staticmethod
+    async def _build_engine(args: dict[str, Any]) -> Any:
+        from vllm import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        return AsyncLLM.from_engine_args(AsyncEngineArgs(**args))
+
+    def __repr__(self) -> str:
+        return f"VLLMPolicy({self.model_name!r}, temperature={self.temperature}, top_p={self.top_p})"
+
+    # -- running coroutines on the engine's loop --------------------------------------------------
+
+    def _submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
+        if self._loop.is_closed():
+            coro.close()
+            raise RuntimeError("this VLLMPolicy is closed")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self._submit(coro).result()
+
+    # -- generation -------------------------------------------------------------------------------
+
+    def sampling_params(self, max_new_tokens: int, **overrides: Any) -> Any:
+        """The ``vllm.SamplingParams`` of one request; ``overrides`` replace or add fields (e.g. ``ignore_eos``)."""
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        fields: dict[str, Any] = dict(
+            max_tokens=int(max_new_tokens),
+            temperature=self.temperature,
+            top_p=self.top_p,
+            stop_token_ids=list(self.stop_ids),
+            logprobs=0 if self.with_logprobs else None,
+            detokenize=False,  # the env decodes what it needs itself
+            skip_special_tokens=False,
+            output_kind=RequestOutputKind.FINAL_ONLY,
+        )
+        fields.update(overrides)
+        return SamplingParams(**fields)
+
+    def _check_prompt(self, prompt: Sequence[int], max_new_tokens: int) -> list[int]:
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        ids = [int(t) for t in prompt]
+        if not ids:
+            raise ValueError("empty prompt")
+        bad = [t for t in ids if not 0 <= t < self.vocab_size]
+        if bad:
+            raise ValueError(f"prompt holds ids outside the vocabulary [0, {self.vocab_size}): {bad[:5]}")
+        return ids
+
+    async def _generate_on_loop(self, prompt: list[int], max_new_tokens: int, overrides: dict[str, Any]) -> Generation:
+        from vllm.inputs import TokensPrompt
+
+        params = self.sampling_params(max_new_tokens, **overrides)
+        final = None
+        async for output in self.engine.generate(TokensPrompt(prompt_token_ids=prompt), params, uuid.uuid4().hex):
+            final = output
+        if final is None or not final.outputs:
+            raise RuntimeError("vLLM returned no output for a request")
+        return completion_to_generation(final.outputs[0], with_logprobs=params.logprobs is not None)
+
+    async def agenerate(self, prompt: Sequence[int], *, max_new_tokens: int, **overrides: Any) -> Generation:
+        """Generate a continuation of one prompt (token ids) without blocking the caller's event loop.
+
+        ``overrides`` are extra ``SamplingParams`` fields for this request (benchmarks use
+        ``ignore_eos=True, min_tokens=n``).
+        """
+        ids = self._check_prompt(prompt, max_new_tokens)
+        return await asyncio.wrap_future(self._submit(self._generate_on_loop(ids, max_new_tokens, overrides)))
+
+    def generate(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int) -> list[Generation]:
+        """Generate a continuation of every prompt (all sent at once; vLLM batches them); in order."""
+        checked = [self._check_prompt(p, max_new_tokens) for p in prompts]
+
+        async def _all() -> list[Generation]:
+            return list(await asyncio.gather(*(self._generate_on_loop(p, max_new_tokens, {}) for p in checked)))
+
+        return self._call(_all())
+
+    def close(self) -> None:
+        """Shut the engine down (if this policy built it) and stop the loop thread; idempotent."""
+        if self._loop.is_closed():
+            return
+        if self._owns_engine and self.engine is not None:
+            self.engine.shutdown()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        self._loop.close()
+
+    def __enter__(self) -> "VLLMPolicy":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

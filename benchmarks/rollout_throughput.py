@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""Env-driven multi-turn rollout on vLLM against raw vLLM generating the same tokens (GPU).
+
+Three measurements on one ``AsyncLLM`` engine (:class:`agent_gym.rollout.vllm.VLLMPolicy`):
+
+- ``env``: ``--episodes`` episodes of ``--env`` played by
+  :func:`agent_gym.rollout.async_runner.arun_episodes` with ``--concurrency`` in flight: each
+  episode awaits its own vLLM request per turn, then ``env.astep`` (parse, tool call, context
+  update, tokenization) before its next request;
+- ``raw``: the same first prompts, each asked for exactly as many tokens as its episode generated
+  over all its turns (``ignore_eos``, ``min_tokens``), all submitted at once: what vLLM does with
+  the same prompts and token count when nothing waits for an env;
+- ``raw_turns``: every turn's actual prompt (the full context at that turn) with that turn's token
+  count, all at once: the same prefill and decode work without the turn-by-turn dependency.
+
+The P3 ratio is ``env tokens/s / raw tokens/s`` (target >= 0.8). Where the rest goes is reported
+from the env run: summed env-step and reset time, and a timeline of requests in flight (the time
+with no request in flight, when the GPU waits for envs; and the mean number in flight, which falls
+in the tail as episodes finish at different turns).
+
+    python benchmarks/rollout_throughput.py --model /root/smollm2 --episodes 512 --out tp.json
+
+Each variant runs ``--repeats`` times, alternating; medians are printed. Needs a GPU and vLLM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import time
+from typing import Any
+
+import gymnasium as gym
+
+import agent_gym  # noqa: F401  (registers the envs)
+from agent_gym.rollout.async_runner import arun_episodes
+from agent_gym.rollout.policy import Generation
+
+
+class InFlightTracker:
+    """Wraps a policy's ``agenerate`` and records every change of the number of requests in flight."""
+
+    def __init__(self, policy: Any) -> None:
+        self.policy = policy
+        self.in_flight = 0
+        self.events: list[tuple[float, int]] = []
+
+    async def agenerate(self, prompt: list[int], *, max_new_tokens: int, **overrides: Any) -> Generation:
+        self._change(+1)
+        try:
+            return await self.policy.agenerate(prompt, max_new_tokens=max_new_tokens, **overrides)
+        finally:
+            self._change(-1)
+
+    def generate(self, prompts: Any, *, max_new_tokens: int) -> list[Generation]:
+        return self.policy.generate(prompts, max_new_tokens=max_new_tokens)
+
+    def _change(self, delta: int) -> None:
+        self.in_flight += delta
+        self.events.append((time.perf_counter(), self.in_flight))
+
+    def timeline(self, start: float, end: float) -> dict[str, float]:
+        """Time with no request in flight, and the time-weighted mean number in flight, over [start, end]."""
+        idle = weighted = 0.0
+        level, t_prev = 0, start
+        for t, n in self.events + [(end, 0)]:
+            t = min(max(t, start), end)
+            span = t - t_prev
+            weighted += level * span
+            if level == 0:
+                idle += span
+            level, t_prev = n, t
+        wall = end - start
+        return {"idle_s": idle, "mean_in_flight": weighted / wall if wall > 0 else 0.0}
+
+
+async def _raw(policy: Any, jobs: list[tuple[list[int], int]]) -> tuple[float, int]:
+    started = time.perf_counter()
+    outs = await asyncio.gather(
+        *(policy.agenerate(p, max_new_tokens=n, ignore_eos=True, min_tokens=n) for p, n in jobs if n > 0)
+    )
+    wall = time.perf_counter() - started
+    return wall, sum(len(g.ids) for g in outs)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, help="Hugging Face model folder vLLM loads (e.g. the converted SmolLM2)")
+    parser.add_argument("--env", default="AgentR1/GSM8KTool-v0", help="env id (default: %(default)s)")
+    parser.add_argument("--env-kwargs", default="{}", help='JSON env constructor arguments, e.g. \'{"split": "test"}\'')
+    parser.add_argument("--episodes", type=int, default=512, help="episodes per env run (default: %(default)s)")
+    parser.add_argument("--concurrency", type=int, default=512, help="episodes in flight (default: %(default)s)")
+    parser.add_argument("--max-new-tokens", type=int, default=256, help="token limit of one turn (default: %(default)s)")
+    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default: %(default)s)")
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.5, help="vLLM's GPU share (default: %(default)s)")
+    parser.add_argument("--repeats", type=int, default=2, help="runs of each variant, alternating (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0, help="episode i is reset with seed SEED+i (default: %(default)s)")
+    parser.add_argument("--out", help="write all numbers as JSON here")
+    args = parser.parse_args()
+
+    from agent_gym.rollout.vllm import VLLMPolicy
+
+    t0 = time.perf_counter()
+    policy = VLLMPolicy(args.model, temperature=args.temperature, gpu_memory_utilization=args.gpu_memory_utilization)
+    engine_start_s = time.perf_counter() - t0
+    tracked = InFlightTracker(policy)
+    env_kwargs = json.loads(args.env_kwargs)
+    t0 = time.perf_counter()
+    envs = [gym.make(args.env, tokenizer=policy.tokenizer, **env_kwargs) for _ in range(min(args.concurrency, args.episodes))]
+    env_build_s = time.perf_counter() - t0
+    policy.generate([[1, 2, 3]] * 8, max_new_tokens=8)  # warm-up: first-request paths, CUDA graphs
+
+    runs: dict[str, list[dict[str, Any]]] = {"env": [], "raw": [], "raw_turns": []}
+    for repeat in range(args.repeats):
+        tracked.events.clear()
+        result = asyncio.run(
+            arun_episodes(envs, tracked, episodes=args.episodes, base_seed=args.seed, concurrency=args.concurrency,
+                          max_new_tokens=args.max_new_tokens, progress=True)
+        )
+        stats = result.stats
+        end = tracked.events[-1][0] if tracked.events else 0.0
+        timeline = tracked.timeline(end - stats["wall_s"], end)
+        trajectories = result.trajectories
+        turns = [len(t.steps) for t in trajectories]
+        tool_calls = sum(int(t.steps[-1].info.get("tool_calls", 0)) for t in trajectories if t.steps)  # cumulative per episode
+        runs["env"].append({
+            "wall_s": stats["wall_s"], "tokens": result.generated_tokens,
+            "tokens_per_s": result.generated_tokens / stats["wall_s"],
+            "episodes": len(trajectories), "steps": stats["steps"], "mean_turns": statistics.fmean(turns),
+            "max_turns": max(turns), "multi_turn_episodes": sum(t > 1 for t in turns), "tool_calls": tool_calls,
+            "mean_reward": statistics.fmean(t.reward for t in trajectories),
+            "env_step_s_summed": stats["env_step_s"], "step_latency_p50_ms": 1e3 * stats["step_latency_p50_s"],
+            "step_latency_p95_ms": 1e3 * stats["step_latency_p95_s"], "reset_s_summed": stats["reset_s"],
+            "no_request_in_flight_s": timeline["idle_s"], "mean_requests_in_flight": timeline["mean_in_flight"],
+        })
+        first = [([int(x) for x in t.steps[0].prompt_ids], sum(len(s.response_ids) for s in t.steps)) for t in trajectories]
+        every = [([int(x) for x in s.prompt_ids], len(s.response_ids)) for t in trajectories for s in t.steps]
+        for name, jobs in (("raw", first), ("raw_turns", every)):
+            wall, tokens = asyncio.run(_raw(policy, jobs))
+            runs[name].append({"wall_s": wall, "tokens": tokens, "tokens_per_s": tokens / wall, "requests": len(jobs)})
+        print(f"repeat {repeat + 1}: " + ", ".join(f"{k} {v[-1]['tokens_per_s']:,.0f} tok/s" for k, v in runs.items()), flush=True)
+    policy.close()
+
+    med = {k: {m: statistics.median(r[m] for r in v) for m in v[0]} for k, v in runs.items()}
+    ratio = med["env"]["tokens_per_s"] / med["raw"]["tokens_per_s"]
+    ratio_turns = med["env"]["tokens_per_s"] / med["raw_turns"]["tokens_per_s"]
+    e = med["env"]
+    print(f"\n{args.env}, {args.episodes} episodes, {args.concurrency} in flight, max {args.max_new_tokens} tokens/turn, "
+          f"temperature {args.temperature} (medians of {args.repeats}); engine start {engine_start_s:.1f} s, envs built {env_build_s:.1f} s")
+    print(f"  env-driven : {e['tokens_per_s']:>9,.0f} tok/s  ({e['tokens']:,.0f} tokens in {e['wall_s']:.2f} s; "
+          f"{e['mean_turns']:.2f} turns/episode, max {e['max_turns']:.0f}, {e['multi_turn_episodes']:.0f} multi-turn, "
+          f"{e['tool_calls']:.0f} tool calls, reward {e['mean_reward']:.3f})")
+    for name in ("raw", "raw_turns"):
+        r = med[name]
+        print(f"  {name:<11}: {r['tokens_per_s']:>9,.0f} tok/s  ({r['tokens']:,.0f} tokens in {r['wall_s']:.2f} s, {r['requests']:.0f} requests)")
+    print(f"  ratio env/raw = {ratio:.2f} (target >= 0.8); env/raw_turns = {ratio_turns:.2f}")
+    print(f"  where the env run's time goes: env steps {e['env_step_s_summed']:.2f} s summed over episodes "
+          f"(p50 {e['step_latency_p50_ms']:.2f} ms, p95 {e['step_latency_p95_ms']:.2f} ms per step), resets "
+          f"{e['reset_s_summed']:.2f} s summed; no request in flight for {e['no_request_in_flight_s']:.2f} s of "
+          f"{e['wall_s']:.2f} s; mean requests in flight {e['mean_requests_in_flight']:.0f} of {args.concurrency}")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"args": vars(args), "engine_start_s": engine_start_s, "env_build_s": env_build_s,
+                       "runs": runs, "medians": med, "ratio_env_raw": ratio, "ratio_env_raw_turns": ratio_turns}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

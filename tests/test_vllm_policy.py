@@ -1,0 +1,161 @@
+"""VLLMPolicy on CPU: what it sends to vLLM and how it turns vLLM's outputs into Generations.
+
+vLLM needs a GPU and is not installed on CPU CI, so this is the one place a fake stands in: a tiny
+``vllm`` module (SamplingParams, RequestOutputKind, TokensPrompt with the fields our code uses) and
+an engine with ``AsyncLLM``'s ``generate(prompt, sampling_params, request_id)`` async-generator
+contract. Everything on our side (tokenizer, chat template, env, async runner) is real. The same
+policy ran against real vLLM 0.24 on an H200: see docs/results/gpu-runs.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import sys
+import types
+from dataclasses import dataclass, field
+
+import gymnasium as gym
+import pytest
+
+import agent_gym  # noqa: F401
+from agent_gym.chat.template import ChatTemplate
+from agent_gym.rollout.async_runner import run_episodes_async
+from agent_gym.rollout.vllm import VLLMPolicy, completion_to_generation
+
+
+@pytest.fixture()
+def fake_vllm(monkeypatch):
+    vllm = types.ModuleType("vllm")
+    sampling = types.ModuleType("vllm.sampling_params")
+    inputs = types.ModuleType("vllm.inputs")
+
+    class RequestOutputKind(enum.Enum):
+        CUMULATIVE = 0
+        DELTA = 1
+        FINAL_ONLY = 2
+
+    class SamplingParams:
+        def __init__(self, **fields):
+            self.__dict__.update(fields)
+
+    vllm.SamplingParams = SamplingParams
+    sampling.RequestOutputKind = RequestOutputKind
+    inputs.TokensPrompt = dict
+    for name, module in (("vllm", vllm), ("vllm.sampling_params", sampling), ("vllm.inputs", inputs)):
+        monkeypatch.setitem(sys.modules, name, module)
+    return vllm
+
+
+@dataclass
+class Logprob:
+    logprob: float
+
+
+@dataclass
+class Completion:
+    token_ids: list[int]
+    finish_reason: str | None
+    logprobs: list[dict[int, Logprob]] | None = None
+
+
+@dataclass
+class Output:
+    outputs: list[Completion]
+
+
+@dataclass
+class FakeEngine:
+    """Replies with ``reply(prompt_ids)`` ids; records the requests it saw."""
+
+    reply: object
+    requests: list[tuple[list[int], object, str]] = field(default_factory=list)
+    shut_down: bool = False
+
+    async def generate(self, prompt, params, request_id):
+        self.requests.append((list(prompt["prompt_token_ids"]), params, request_id))
+        await asyncio.sleep(0)
+        ids = list(self.reply(prompt["prompt_token_ids"]))[: params.max_tokens]
+        lps = [{t: Logprob(-0.5 * (k + 1)), t + 1: Logprob(-9.0)} for k, t in enumerate(ids)]
+        reason = "stop" if ids and ids[-1] in params.stop_token_ids else "length"
+        yield Output([Completion(ids, reason, lps if params.logprobs is not None else None)])
+
+    def shutdown(self):
+        self.shut_down = True
+
+
+def test_completion_to_generation_exact():
+    lps = [{5: Logprob(-0.25), 6: Logprob(-3.0)}, {2: Logprob(-0.5)}]
+    gen = completion_to_generation(Completion([5, 2], "stop", lps), with_logprobs=True)
+    assert (gen.ids, gen.logprobs, gen.finish_reason) == ([5, 2], [-0.25, -0.5], "stop")
+    assert completion_to_generation(Completion([7], "length"), with_logprobs=False).logprobs is None
+    with pytest.raises(RuntimeError, match=r"finish_reason='abort' \(aborted or unfinished\)"):
+        completion_to_generation(Completion([7], "abort"), with_logprobs=False)
+    with pytest.raises(RuntimeError, match="do not include the sampled id 7"):
+        completion_to_generation(Completion([7], "stop", [{8: Logprob(-1.0)}]), with_logprobs=True)
+    with pytest.raises(RuntimeError, match="returned 0 log-prob entries for 1 ids"):
+        completion_to_generation(Completion([7], "stop", None), with_logprobs=True)
+
+
+def test_requests_carry_token_ids_and_stop_ids(fake_vllm, tokenizer):
+    engine = FakeEngine(reply=lambda p: [42, 43, 2])
+    policy = VLLMPolicy("smollm2", tokenizer=tokenizer, temperature=0.7, engine=engine)
+    try:
+        gens = policy.generate([[1, 9, 10], [1, 11]], max_new_tokens=2)
+        assert [g.ids for g in gens] == [[42, 43], [42, 43]]  # cut at max_tokens: finish "length"
+        assert [g.finish_reason for g in gens] == ["length", "length"]
+        assert gens[0].logprobs == [-0.5, -1.0]
+        prompts = sorted(r[0] for r in engine.requests)
+        assert prompts == [[1, 9, 10], [1, 11]]
+        params = engine.requests[0][1]
+        eot = list(ChatTemplate(tokenizer).end_of_turn_ids)
+        assert params.stop_token_ids == eot + ([tokenizer.eos_token_id] if tokenizer.eos_token_id not in eot else [])
+        assert (params.temperature, params.max_tokens, params.logprobs, params.detokenize) == (0.7, 2, 0, False)
+        assert params.output_kind.name == "FINAL_ONLY"
+        full = asyncio.run(policy.agenerate([1, 9], max_new_tokens=8, ignore_eos=True))
+        assert (full.ids, full.finish_reason) == ([42, 43, 2], "stop")
+        assert engine.requests[-1][1].ignore_eos is True
+        assert len({r[2] for r in engine.requests}) == len(engine.requests)  # a fresh request id each
+    finally:
+        policy.close()
+    assert engine.shut_down is False  # an engine passed in belongs to the caller
+    with pytest.raises(RuntimeError, match="this VLLMPolicy is closed"):
+        policy.generate([[1]], max_new_tokens=1)
+
+
+def test_bad_prompts_are_refused_before_reaching_vllm(fake_vllm, tokenizer):
+    engine = FakeEngine(reply=lambda p: [2])
+    with VLLMPolicy("smollm2", tokenizer=tokenizer, engine=engine) as policy:
+        with pytest.raises(ValueError, match=rf"ids outside the vocabulary \[0, {len(tokenizer)}\): \[-1, {len(tokenizer)}\]"):
+            policy.generate([[1, -1, len(tokenizer)]], max_new_tokens=4)
+        with pytest.raises(ValueError, match="empty prompt"):
+            asyncio.run(policy.agenerate([], max_new_tokens=4))
+        with pytest.raises(ValueError, match="max_new_tokens must be >= 1, got 0"):
+            policy.generate([[1]], max_new_tokens=0)
+    assert engine.requests == []
+
+
+def test_async_runner_plays_gsm8k_tool_through_the_policy(fake_vllm, tokenizer):
+    """A multi-turn episode: a calculator call, then the answer; the env's reward is exact."""
+    template = ChatTemplate(tokenizer)
+    eot = list(template.end_of_turn_ids)
+    env = gym.make("AgentR1/GSM8KTool-v0", tokenizer=tokenizer, split="test")
+    _, info = env.reset(seed=0)
+    answer = env.unwrapped.task.answer
+    call = template.encode('<tool_call>\n{"name": "calculator", "arguments": {"expression": "2+3"}}\n</tool_call>') + eot
+    final = template.encode(f"5 items.\n#### {answer}") + eot
+    first_len = {}
+
+    def reply(prompt):
+        first_len.setdefault("n", len(prompt))
+        return call if len(prompt) == first_len["n"] else final
+
+    engine = FakeEngine(reply=reply)
+    with VLLMPolicy("smollm2", tokenizer=tokenizer, engine=engine) as policy:
+        result = run_episodes_async(lambda: gym.make("AgentR1/GSM8KTool-v0", tokenizer=tokenizer, split="test"),
+                                    policy, episodes=1, concurrency=1, max_new_tokens=256)
+    (trajectory,) = result.trajectories
+    assert [s.response_ids for s in trajectory.steps] == [call, final]
+    assert trajectory.steps[-1].info["tool_calls"] == 1
+    assert trajectory.reward == 1.0
+    assert trajectory.steps[1].prompt_ids[: len(trajectory.steps[0].prompt_ids) + len(call)] == trajectory.steps[0].prompt_ids + call
