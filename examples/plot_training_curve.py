@@ -355,6 +355,7 @@ def plot_curve(rows: Sequence[dict[str, float | None]], path: Path, title: str) 
                     fontsize=9,
                     color="tab:orange",
                 )
+        ax.margins(y=0.12)  # room above the top point for its label
         ax.set_xlabel("training step")
         ax.set_ylabel("mean reward")
         ax.set_title(title)
