@@ -47,6 +47,9 @@ class TornLineWarning(UserWarning):
     """Warned when :func:`read_trajectories` or :class:`TrajectoryWriter` meets a torn last line."""
 
 
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+
+
 def to_jsonable(value: Any) -> Any:
     """Recursively convert numpy scalars/arrays (and tuples) to plain JSON-compatible Python values.
 
@@ -54,6 +57,13 @@ def to_jsonable(value: Any) -> Any:
     ``int``, ``np.floating`` becomes ``float``, ``np.bool_`` becomes ``bool`` and ``np.ndarray``
     becomes (nested) lists. Other values are returned unchanged.
     """
+    # Plain values first (exact types, so numpy subclasses such as np.float64 are not taken for
+    # them): most of an info dict is str / int / float / bool / None, and dicts of them.
+    kind = type(value)
+    if kind in _PLAIN:
+        return value
+    if kind is dict:
+        return {k: to_jsonable(v) for k, v in value.items()}
     # Check numpy types first: np.float64 subclasses float, but np.float32 and np.int64 do not,
     # and pydantic's JSON serialiser rejects them.
     if isinstance(value, np.ndarray):

@@ -67,7 +67,7 @@ class ChatContext:
         self.messages = copy.deepcopy(list(messages))
         if tools is not None:
             self.tools = copy.deepcopy(list(tools))
-        self.ids = self.template.encode(self.template.render(self.messages, self.tools, add_generation_prompt=True))
+        self.ids = self.template.encode_prompt(self.template.render(self.messages, self.tools, add_generation_prompt=True))
         self.segment += 1
         self._awaiting_env = False
 

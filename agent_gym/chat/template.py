@@ -12,6 +12,8 @@ conversation is.
 from __future__ import annotations
 
 import re
+import threading
+import weakref
 from typing import Any, Sequence
 
 __all__ = ["ChatTemplate", "ChatTemplateError"]
@@ -45,12 +47,18 @@ class ChatTemplate:
             )
         if tool_role not in (None, "tool", "user"):
             raise ValueError(f"tool_role must be 'tool', 'user' or None, got {tool_role!r}")
-        self.vocab_size = len(tokenizer)
+        self._backend = _fast_backend(tokenizer)
+        self.vocab_size = _vocab_size(tokenizer, self._backend)
         self.tool_role = tool_role or self._detect_tool_role()
         #: True when the template itself renders the ``tools`` argument (e.g. Qwen2.5, Llama 3.1).
         self.renders_tools = "tools" in self.chat_template
         self._suffix_parts: dict[tuple, list[str | int] | bool] = {}
         self.end_of_turn_ids = self._detect_end_of_turn()
+        # Prompt prefix cache (see encode_prompt): ids of the text up to the first end of turn (the
+        # system turn, usually the same in every episode), once the split is checked to be exact.
+        # Shared by the templates of one tokenizer and chat template (one per env, often hundreds).
+        boundary = self._safe_prefix_boundary()
+        self._prefixes = _prefix_cache(tokenizer, self.chat_template, boundary, self.vocab_size) if boundary else None
 
     # -- rendering ---------------------------------------------------------------------------------
 
@@ -75,7 +83,55 @@ class ChatTemplate:
 
     def encode(self, text: str) -> list[int]:
         """Token ids of already-rendered text (special tokens in the text are recognised, none added)."""
+        backend = self._backend
+        if (
+            backend is not None
+            and backend.truncation is None
+            and backend.padding is None
+            and backend.encode_special_tokens == bool(getattr(self.tokenizer, "split_special_tokens", False))
+        ):
+            # What the tokenizer's own encode does for one text with these settings, without its
+            # per-call Python overhead (batching, BatchEncoding); the ids are the same.
+            return backend.encode(text, add_special_tokens=False).ids
         return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def encode_prompt(self, text: str) -> list[int]:
+        """:meth:`encode` for a rendered conversation, reusing the ids of a prefix seen before.
+
+        The text up to the end of its first turn (usually the system prompt with the tool schemas,
+        the same in every episode and most of the prompt) is encoded once and kept; only the rest is
+        encoded per call. The ids are exactly :meth:`encode`'s: the split is made only after an
+        end-of-turn special token that the tokenizer matches on its own (not normalised, no
+        stripping, contained in no other added token), and each prefix is checked against a full
+        encoding the second time it is seen before its ids are reused; if a check ever fails the
+        cache is turned off for this tokenizer. The cache is shared by the templates of one tokenizer
+        (every env made with it) and holds at most 256 prefixes.
+        """
+        prefixes = self._prefixes
+        if prefixes is None or not prefixes.ok or self._backend.encode_special_tokens:
+            return self.encode(text)
+        at = text.find(prefixes.boundary)
+        if at < 0:
+            return self.encode(text)
+        cut = at + len(prefixes.boundary)
+        prefix = text[:cut]
+        cache = prefixes.ids
+        if prefix not in cache:  # first sighting: remember the prefix, encode as usual
+            if len(cache) >= 256:
+                cache.clear()
+            cache[prefix] = None
+            return self.encode(text)
+        head = cache[prefix]
+        if head is None:  # second sighting: check that splitting here is exact, then keep its ids
+            full = self.encode(text)
+            head = self.encode(prefix)
+            if head + self.encode(text[cut:]) == full:
+                cache[prefix] = head
+            else:
+                prefixes.ok = False
+                cache.clear()
+            return full
+        return head + self.encode(text[cut:])
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of generated ids, special tokens kept (used for parsing, never re-encoded)."""
@@ -150,6 +206,35 @@ class ChatTemplate:
             return "user"
         return "tool" if "TOOLPROBE" in text else "user"
 
+    def _safe_prefix_boundary(self) -> str | None:
+        """The end-of-turn token text after which :meth:`encode_prompt` may split, or ``None``.
+
+        Only for fast tokenizers, whose added tokens are matched on the raw text before anything else
+        (so the text on either side of such a token is tokenized independently), and only for a
+        token that cannot take part in a different match across the split.
+        """
+        backend = self._backend
+        if backend is None or not self.end_of_turn_ids or len(self.end_of_turn_ids) != 1:
+            return None
+        try:
+            added = backend.get_added_tokens_decoder()
+        except Exception:  # noqa: BLE001 - an old tokenizers release: no cache
+            return None
+        token = added.get(self.end_of_turn_ids[0])
+        text = self._end_of_turn_text.lstrip(" ")
+        if token is None or token.content != text or not text:
+            return None
+        if token.normalized or token.rstrip or token.lstrip or token.single_word:
+            return None
+        for other in added.values():
+            c = other.content
+            if c == text:
+                continue
+            # contains it, or overlaps its start or its end: a match could then straddle the split
+            if text in c or any(c.endswith(text[:k]) or c.startswith(text[-k:]) for k in range(1, len(text))):
+                return None
+        return text
+
     def _detect_end_of_turn(self) -> list[int]:
         """The ids a policy generates to end its turn: the template's first special token after content."""
         closing = self._suffix_text(())
@@ -166,6 +251,78 @@ class ChatTemplate:
                 return self.encode(token)
         eos = getattr(self.tokenizer, "eos_token_id", None)
         return [eos] if eos is not None else []
+
+
+class _PrefixCache:
+    """Ids of prompt prefixes (see :meth:`ChatTemplate.encode_prompt`); ``ok`` turns it off for good."""
+
+    def __init__(self, boundary: str):
+        self.boundary = boundary
+        self.ids: dict[str, list[int] | None] = {}
+        self.ok = True
+
+
+_PREFIX_CACHES: "weakref.WeakKeyDictionary[Any, dict[tuple[str, str, int], _PrefixCache]]" = weakref.WeakKeyDictionary()
+_PREFIX_LOCK = threading.Lock()
+
+
+def _prefix_cache(tokenizer: Any, chat_template: str, boundary: str, vocab_size: int) -> _PrefixCache | None:
+    """The prefix cache shared by every template of this tokenizer (``None`` if it cannot be keyed)."""
+    with _PREFIX_LOCK:
+        try:
+            per_tokenizer = _PREFIX_CACHES.setdefault(tokenizer, {})
+        except TypeError:  # not weak-referenceable
+            return None
+        # (the vocabulary size is part of the key: tokens added later change how text is split)
+        return per_tokenizer.setdefault((chat_template, boundary, vocab_size), _PrefixCache(boundary))
+
+
+_VOCAB_SIZES: "weakref.WeakKeyDictionary[Any, tuple[tuple[int, int], int]]" = weakref.WeakKeyDictionary()
+
+
+def _vocab_size(tokenizer: Any, backend: Any) -> int:
+    """``len(tokenizer)``, remembered per tokenizer: for a fast tokenizer it builds the whole
+    vocabulary (about 10 ms), once per env otherwise. The remembered size is used only while the
+    model's vocabulary size and the number of added tokens are unchanged."""
+    try:
+        from transformers import PreTrainedTokenizerFast
+    except ImportError:
+        return len(tokenizer)
+    if backend is None or type(tokenizer).__len__ is not PreTrainedTokenizerFast.__len__:
+        return len(tokenizer)
+    try:
+        signature = (backend.get_vocab_size(with_added_tokens=False), len(backend.get_added_tokens_decoder()))
+        with _PREFIX_LOCK:
+            entry = _VOCAB_SIZES.get(tokenizer)
+    except Exception:  # noqa: BLE001 - not weak-referenceable, an old tokenizers release
+        return len(tokenizer)
+    if entry is not None and entry[0] == signature:
+        return entry[1]
+    size = len(tokenizer)
+    with _PREFIX_LOCK:
+        _VOCAB_SIZES[tokenizer] = (signature, size)
+    return size
+
+
+def _fast_backend(tokenizer: Any) -> Any:
+    """The ``tokenizers.Tokenizer`` behind a Hugging Face fast tokenizer whose ``encode`` is the
+    library's own (so calling the backend directly gives the same ids), else ``None``."""
+    backend = getattr(tokenizer, "_tokenizer", None)
+    try:
+        from tokenizers import Tokenizer
+        from transformers import PreTrainedTokenizerFast
+        from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+    except ImportError:
+        return None
+    if not isinstance(backend, Tokenizer) or not isinstance(tokenizer, PreTrainedTokenizerFast):
+        return None
+    cls = type(tokenizer)
+    if cls.encode is not PreTrainedTokenizerBase.encode or not hasattr(backend, "encode_special_tokens"):
+        return None
+    for name in ("encode_plus", "_encode_plus", "_batch_encode_plus", "set_truncation_and_padding"):
+        if getattr(cls, name, None) is not getattr(PreTrainedTokenizerFast, name, None):
+            return None
+    return backend
 
 
 def _shape_key(messages: Sequence[dict[str, Any]]) -> tuple | None:

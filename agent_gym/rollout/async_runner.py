@@ -330,15 +330,23 @@ async def arun_episodes(
 def run_episodes_async(*args: Any, **kwargs: Any) -> AsyncRolloutResult:
     """Synchronous :func:`arun_episodes` (same arguments): ``asyncio.run`` it, or, when called from a
     running event loop, run it on a fresh loop in a helper thread and wait."""
+    box: dict[str, Any] = {}
+
+    async def main() -> None:
+        # The result is handed over in ``box``, not returned: on the main thread ``asyncio.run``
+        # formats its task's repr (result included) when it restores the SIGINT handler, which costs
+        # about a second per thousand trajectories.
+        box["result"] = await arun_episodes(*args, **kwargs)
+
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(arun_episodes(*args, **kwargs))
-    box: dict[str, Any] = {}
+        asyncio.run(main())
+        return box["result"]
 
     def target() -> None:
         try:
-            box["result"] = asyncio.run(arun_episodes(*args, **kwargs))
+            asyncio.run(main())
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
             box["error"] = exc
 
