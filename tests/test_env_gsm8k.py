@@ -232,3 +232,41 @@ def test_import_agent_gym_does_not_import_torch():
     code = "import sys, agent_gym; print(json.dumps(sorted(m for m in ('torch', 'transformers') if m in sys.modules)))"
     out = subprocess.run([sys.executable, "-c", "import json\n" + code], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout) == []
+
+
+def test_tool_demonstration_runs_the_calls_through_the_env(tool_env):
+    demo = tool_env.unwrapped.tool_demonstration("q", [[{"name": "calculate", "arguments": {"expression": "2+3"}}]], "#### 5")
+    assert demo == [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": '<tool_call>\n{"name": "calculate", "arguments": {"expression": "2+3"}}\n</tool_call>'},
+        {"role": "tool", "content": "5", "tool_call_id": "call_0", "name": "calculate"},
+        {"role": "assistant", "content": "#### 5"},
+    ]
+    with pytest.raises(ValueError, match=r"^demonstration call 'calculate' failed: Error: division by zero$"):
+        tool_env.unwrapped.tool_demonstration("q", [[{"name": "calculate", "arguments": {"expression": "1/0"}}]], "a")
+    with pytest.raises(ValueError, match=r"^demonstration call 'nope' failed: Error: unknown tool 'nope'\. Available tools: calculate\.$"):
+        tool_env.unwrapped.tool_demonstration("q", [[{"name": "nope", "arguments": {}}]], "a")
+
+
+def test_few_shot_prompt_shows_two_calculator_calls_and_counts_only_the_episodes_own(tokenizer):
+    env = gym.make("AgentR1/GSM8KTool-v0", tokenizer=tokenizer, split="test", few_shot=True)
+    plain = gym.make("AgentR1/GSM8KTool-v0", tokenizer=tokenizer, split="test")
+    obs, _ = env.reset(options={"task_id": "test-0"})
+    plain_obs, _ = plain.reset(options={"task_id": "test-0"})
+    messages = obs["messages"]
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "tool", "assistant", "tool", "assistant", "user"]
+    assert messages[0] == plain_obs["messages"][0] and messages[-1] == plain_obs["messages"][-1]
+    assert messages[1]["content"].startswith("A baker makes 24 muffins in each batch")
+    assert [messages[k]["content"] for k in (2, 3, 4, 5)] == [calc_call("24 * 7"), "168", calc_call("168 - 150"), "18"]
+    assert messages[6]["content"].endswith("#### 18")
+    text = tokenizer.decode(obs["prompt_ids"])
+    assert "<|im_start|>tool\n168<|im_end|>\n<|im_start|>assistant\n<tool_call>" in text
+    assert len(obs["prompt_ids"]) > len(plain_obs["prompt_ids"])
+    # the episode itself: one call, then the answer (test-0 is 18)
+    obs, reward, terminated, _, info = env.step(np.asarray(act(env, calc_call("16 - 3 - 4"))))
+    assert obs["messages"][-1]["content"] == "9" and not terminated
+    obs, reward, terminated, _, info = env.step(np.asarray(act(env, "#### 18")))
+    assert (reward, terminated, info["tool_calls"], info["turn"]) == (1.0, True, 1, 2)
+    again, _ = gym.make("AgentR1/GSM8KTool-v0", tokenizer=tokenizer, split="test", few_shot=True).reset(seed=3)
+    assert list(again["prompt_ids"]) == list(env.reset(seed=3)[0]["prompt_ids"])
+    check_env(gym.make("AgentR1/GSM8KTool-v0", tokenizer=tokenizer, split="test", few_shot=True).unwrapped, skip_render_check=True)

@@ -278,6 +278,37 @@ class AgentEnv(gym.Env[ObsType, np.ndarray]):
         eot = self.template.end_of_turn_ids
         return len(eot) if eot and list(ids[-len(eot):]) == eot else 0
 
+    def tool_demonstration(
+        self, question: str, turns: Sequence[Sequence[Mapping[str, Any]]], answer: str
+    ) -> list[dict[str, Any]]:
+        """The messages of a worked tool-use example, for few-shot prompts.
+
+        ``question`` becomes a user message; each item of ``turns`` is one assistant turn's calls
+        (``{"name": ..., "arguments": {...}}``), written in this env's tool-call format, followed by
+        the tool messages this env itself would reply with (the tools really run, through the env's
+        executor); ``answer`` is the closing assistant message. Calls are kept in the assistant
+        ``content`` only (no ``tool_calls`` field), so templates that render ``tool_calls`` do not
+        show them twice.
+
+        Raises:
+            ValueError: a demonstrated call is malformed or its tool fails: a demonstration must show
+                a working call.
+        """
+        messages: list[dict[str, Any]] = [{"role": "user", "content": question}]
+        for calls in turns:
+            text = self.parser.format_calls(calls)
+            parsed = self.parser.parse(text)
+            if parsed.errors or len(parsed.calls) != len(calls):
+                raise ValueError(f"demonstration call is malformed: {text!r}")
+            results = self.executor.execute(parsed)
+            failed = [r for r in results if r.error_kind]
+            if failed:
+                raise ValueError(f"demonstration call {failed[0].name!r} failed: {failed[0].content}")
+            messages.append({"role": "assistant", "content": text})
+            messages.extend(self._tool_reply(results).messages)
+        messages.append({"role": "assistant", "content": answer})
+        return messages
+
     def _tool_reply(self, results: list[ToolResult]) -> EnvReply:
         messages = [
             {"role": "tool", "content": r.content, "tool_call_id": r.call_id, "name": r.name} for r in results

@@ -89,3 +89,18 @@ def test_tool_episode(tok):
     assert obs["messages"][-1]["content"] == "602" and not (terminated or truncated)
     _, reward, terminated, _, info = env.step(act(env, "#### 602"))
     assert (reward, terminated, info["tool_calls"], info["format_ok"]) == (1.0, True, 1, True)
+
+
+def test_few_shot_tool_episode(tok):
+    env = gym.make("AgentR1/ArithmeticTool-v0", tokenizer=tok, level=1, few_shot=True)
+    obs, _ = env.reset(options={"task": {"expression": "7 + 9"}})
+    call = '<tool_call>\n{"name": "calculate", "arguments": {"expression": "47 * 36"}}\n</tool_call>'
+    assert [(m["role"], m["content"]) for m in obs["messages"][1:]] == [
+        ("user", "What is 47 * 36?"),
+        ("assistant", call),
+        ("tool", "1692"),
+        ("assistant", "47 * 36 = 1692\n#### 1692"),
+        ("user", "What is 7 + 9?"),
+    ]
+    _, reward, terminated, _, info = env.step(act(env, "#### 16"))
+    assert (reward, terminated, info["tool_calls"]) == (1.0, True, 0)

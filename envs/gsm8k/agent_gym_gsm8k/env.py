@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 from typing import Any, Mapping
 
@@ -15,7 +16,20 @@ from agent_gym.tools import calculator
 from agent_gym_gsm8k.data import GSM8KTask, load_gsm8k
 from agent_gym_gsm8k.reward import score_answer
 
-__all__ = ["GSM8KTaskSource", "GSM8KEnv", "GSM8KToolEnv"]
+__all__ = ["GSM8KTaskSource", "GSM8KEnv", "GSM8KToolEnv", "TOOL_DEMONSTRATION"]
+
+
+#: The worked example of ``few_shot`` (question, calls per assistant turn, final answer): an original
+#: problem, so no GSM8K task leaks into the prompt.
+TOOL_DEMONSTRATION: tuple[str, tuple[tuple[dict[str, Any], ...], ...], str] = (
+    "A baker makes 24 muffins in each batch and bakes 7 batches. She sells 150 muffins. "
+    "How many muffins does she have left?",
+    (
+        ({"name": "calculate", "arguments": {"expression": "24 * 7"}},),
+        ({"name": "calculate", "arguments": {"expression": "168 - 150"}},),
+    ),
+    "She baked 24 * 7 = 168 muffins and sold 150, so 168 - 150 = 18 are left.\n#### 18",
+)
 
 
 class GSM8KTaskSource:
@@ -112,7 +126,22 @@ class GSM8KToolEnv(GSM8KEnv):
     description = "GSM8K with a calculator tool, up to 5 turns; outcome reward"
     _system_template = "gsm8k_tool_system.j2"
 
-    def __init__(self, tokenizer: Any = None, **kwargs: Any):
+    def __init__(self, tokenizer: Any = None, *, few_shot: bool = False, **kwargs: Any):
+        """``few_shot``: open the chat with one worked example (:data:`TOOL_DEMONSTRATION`, not a
+        GSM8K problem) that calls the calculator twice, for small models that do not call tools from
+        the instructions alone (SmolLM2-135M-Instruct made no call in 16 sampled episodes even with
+        it, 2026-11-30). Other arguments: :class:`GSM8KEnv`."""
         kwargs.setdefault("max_turns", 5)
         kwargs.setdefault("tools", [calculator])
         super().__init__(tokenizer, **kwargs)
+        self.few_shot = bool(few_shot)
+        self._demo: list[dict[str, Any]] | None = None
+
+    def initial_messages(self, task: GSM8KTask) -> list[dict[str, Any]]:
+        messages = super().initial_messages(task)
+        if not self.few_shot:
+            return messages
+        if self._demo is None:  # built once: the calls really run through the env's executor
+            question, turns, answer = TOOL_DEMONSTRATION
+            self._demo = self.tool_demonstration(self.prompts.render("gsm8k_user.j2", question=question), turns, answer)
+        return [messages[0], *copy.deepcopy(self._demo), *messages[1:]]
