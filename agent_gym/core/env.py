@@ -16,6 +16,7 @@ Multi-turn envs whose reply is not "run the tools" (games, simulators) override
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 from abc import abstractmethod
 from dataclasses import dataclass, field
@@ -308,6 +309,18 @@ class AgentEnv(gym.Env[ObsType, np.ndarray]):
             messages.extend(self._tool_reply(results).messages)
         messages.append({"role": "assistant", "content": answer})
         return messages
+
+    def prepend_demonstration(
+        self, messages: Sequence[dict[str, Any]], question: str, turns: Sequence[Sequence[Mapping[str, Any]]], answer: str
+    ) -> list[dict[str, Any]]:
+        """``messages`` (system message first) with :meth:`tool_demonstration`'s example inserted after
+        the system message: the few-shot prompt of an env. The example is built (its calls run) once
+        per env and copied into each prompt."""
+        key = (question, json.dumps(turns, sort_keys=True), answer)
+        cache: dict[tuple[str, str, str], list[dict[str, Any]]] = self.__dict__.setdefault("_demonstrations", {})
+        if key not in cache:
+            cache[key] = self.tool_demonstration(question, turns, answer)
+        return [messages[0], *copy.deepcopy(cache[key]), *messages[1:]]
 
     def _tool_reply(self, results: list[ToolResult]) -> EnvReply:
         messages = [

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any, Mapping
 
 import numpy as np
@@ -96,14 +95,11 @@ class ArithmeticToolEnv(ArithmeticEnv):
         kwargs.setdefault("tools", [calculator])
         super().__init__(tokenizer, **kwargs)
         self.few_shot = bool(few_shot)
-        self._demo: list[dict[str, Any]] | None = None
 
     def initial_messages(self, task: ArithmeticTask) -> list[dict[str, Any]]:
         messages = super().initial_messages(task)
         if not self.few_shot:
             return messages
-        if self._demo is None:  # built once: the call really runs through the env's executor
-            expression, answer = TOOL_DEMONSTRATION
-            call = {"name": "calculate", "arguments": {"expression": expression}}
-            self._demo = self.tool_demonstration(self.prompts.render("user.j2", expression=expression), [[call]], answer)
-        return [messages[0], *copy.deepcopy(self._demo), *messages[1:]]
+        expression, answer = TOOL_DEMONSTRATION
+        call = {"name": "calculate", "arguments": {"expression": expression}}
+        return self.prepend_demonstration(messages, self.prompts.render("user.j2", expression=expression), [[call]], answer)

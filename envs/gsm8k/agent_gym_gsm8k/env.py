@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import os
 from typing import Any, Mapping
 
@@ -135,13 +134,10 @@ class GSM8KToolEnv(GSM8KEnv):
         kwargs.setdefault("tools", [calculator])
         super().__init__(tokenizer, **kwargs)
         self.few_shot = bool(few_shot)
-        self._demo: list[dict[str, Any]] | None = None
 
     def initial_messages(self, task: GSM8KTask) -> list[dict[str, Any]]:
         messages = super().initial_messages(task)
         if not self.few_shot:
             return messages
-        if self._demo is None:  # built once: the calls really run through the env's executor
-            question, turns, answer = TOOL_DEMONSTRATION
-            self._demo = self.tool_demonstration(self.prompts.render("gsm8k_user.j2", question=question), turns, answer)
-        return [messages[0], *copy.deepcopy(self._demo), *messages[1:]]
+        question, turns, answer = TOOL_DEMONSTRATION
+        return self.prepend_demonstration(messages, self.prompts.render("gsm8k_user.j2", question=question), turns, answer)
