@@ -159,3 +159,27 @@ def test_async_runner_plays_gsm8k_tool_through_the_policy(fake_vllm, tokenizer):
     assert trajectory.steps[-1].info["tool_calls"] == 1
     assert trajectory.reward == 1.0
     assert trajectory.steps[1].prompt_ids[: len(trajectory.steps[0].prompt_ids) + len(call)] == trajectory.steps[0].prompt_ids + call
+
+
+def test_close_cancels_what_still_runs_on_the_engine_loop(fake_vllm, tokenizer):
+    """AsyncLLM leaves an output-handler task on the loop it ran on; close() must not abandon it."""
+    engine = FakeEngine(reply=lambda p: [2])
+    policy = VLLMPolicy("smollm2", tokenizer=tokenizer, engine=engine)
+    cancelled = []
+
+    async def handler():
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+
+    policy._call(_start(handler))
+    policy.close()
+    assert cancelled == [True]
+    policy.close()  # idempotent
+
+
+async def _start(coro_fn):
+    asyncio.ensure_future(coro_fn())
+    await asyncio.sleep(0)

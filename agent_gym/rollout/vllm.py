@@ -66,6 +66,15 @@ def completion_to_generation(completion: Any, *, with_logprobs: bool) -> Generat
     return Generation(ids=ids, logprobs=logprobs, finish_reason=reason)
 
 
+async def _cancel_other_tasks() -> None:
+    """Cancel every other task of the running loop and wait until they have finished."""
+    current = asyncio.current_task()
+    tasks = [t for t in asyncio.all_tasks() if t is not current]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
 class VLLMPolicy:
     """Generate with vLLM's ``AsyncLLM`` from token ids, one request per prompt.
 
@@ -218,6 +227,9 @@ class VLLMPolicy:
             return
         if self._owns_engine and self.engine is not None:
             self.engine.shutdown()
+        # The engine's output handler (and any request a caller abandoned) still runs on our loop:
+        # cancel and await it so nothing is destroyed while pending.
+        self._call(_cancel_other_tasks())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
         self._loop.close()
