@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import importlib.machinery
+import importlib.util
+import json
 import sys
 import types
 from dataclasses import dataclass, field
@@ -20,6 +23,7 @@ import pytest
 
 import agent_gym  # noqa: F401
 from agent_gym.chat.template import ChatTemplate
+from agent_gym.cli.main import main
 from agent_gym.rollout.async_runner import run_episodes_async
 from agent_gym.rollout.vllm import VLLMPolicy, completion_to_generation
 
@@ -39,10 +43,30 @@ def fake_vllm(monkeypatch):
         def __init__(self, **fields):
             self.__dict__.update(fields)
 
+    class AsyncEngineArgs:
+        def __init__(self, **fields):
+            self.fields = fields
+
+    class AsyncLLM:
+        """``from_engine_args`` hands out the engine a test put in ``vllm.next_engine``."""
+
+        @staticmethod
+        def from_engine_args(args):
+            vllm.engine_args.append(args.fields)
+            return vllm.next_engine
+
     vllm.SamplingParams = SamplingParams
+    vllm.AsyncEngineArgs = AsyncEngineArgs
+    vllm.engine_args = []
+    vllm.next_engine = None
+    vllm.__spec__ = importlib.machinery.ModuleSpec("vllm", None)  # importlib.util.find_spec finds it
     sampling.RequestOutputKind = RequestOutputKind
     inputs.TokensPrompt = dict
-    for name, module in (("vllm", vllm), ("vllm.sampling_params", sampling), ("vllm.inputs", inputs)):
+    async_llm = types.ModuleType("vllm.v1.engine.async_llm")
+    async_llm.AsyncLLM = AsyncLLM
+    modules = {"vllm": vllm, "vllm.sampling_params": sampling, "vllm.inputs": inputs, "vllm.v1": types.ModuleType("vllm.v1"),
+               "vllm.v1.engine": types.ModuleType("vllm.v1.engine"), "vllm.v1.engine.async_llm": async_llm}
+    for name, module in modules.items():
         monkeypatch.setitem(sys.modules, name, module)
     return vllm
 
@@ -183,3 +207,37 @@ def test_close_cancels_what_still_runs_on_the_engine_loop(fake_vllm, tokenizer):
 async def _start(coro_fn):
     asyncio.ensure_future(coro_fn())
     await asyncio.sleep(0)
+
+
+def test_cli_eval_on_the_vllm_backend(fake_vllm, tokenizer, tmp_path, capsys):
+    """``agent-gym eval --backend vllm``: one request per episode, a calculator turn then the answer."""
+    model = tmp_path / "model"
+    tokenizer.save_pretrained(model)
+    template = ChatTemplate(tokenizer)
+    eot = list(template.end_of_turn_ids)
+    call = template.encode('<tool_call>\n{"name": "calculate", "arguments": {"expression": "1 + 1"}}\n</tool_call>') + eot
+    answer = template.encode("#### 2") + eot
+    # the answer once the calculator has replied (a tool turn is in the prompt), else the call
+    fake_vllm.next_engine = FakeEngine(reply=lambda p: answer if "<|im_start|>tool" in tokenizer.decode(p) else call)
+    out = tmp_path / "runs.jsonl"
+    code = main(["eval", "AgentR1/ArithmeticTool-v0", "--env-kwarg", "level=1", "--backend", "vllm", "--model", str(model),
+                 "--episodes", "3", "--batch-size", "2", "--temperature", "1.0", "--json", "--no-progress", "--out", str(out)])
+    assert code == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert (summary["episodes"], summary["mean_turns"], summary["tool_calls"], summary["tool_errors"]) == (3, 2.0, 3, 0)
+    assert fake_vllm.engine_args == [{"model": str(model), "gpu_memory_utilization": 0.5, "seed": 0, "disable_log_stats": True}]
+    lines = out.read_text().splitlines()
+    assert len(lines) == 3 and all(json.loads(line)["metadata"]["backend"] == "vllm" for line in lines)
+    assert fake_vllm.next_engine.shut_down is True  # the CLI built the engine, so it shuts it down
+
+
+def test_cli_vllm_backend_errors(tokenizer, capsys):
+    assert main(["eval", "AgentR1/Arithmetic-v0", "--backend", "vllm", "--no-progress"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "agent-gym: error: --backend vllm needs --model, a Hugging Face model folder (vLLM cannot read the "
+        "embedded GGUF file; convert it first)"
+    )
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here")
+    with pytest.raises(ImportError, match=r"^VLLMPolicy needs vLLM, which is not installed: pip install vllm \(a CUDA machine\)$"):
+        VLLMPolicy("some/folder", tokenizer=tokenizer)

@@ -149,10 +149,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=None, help="HF model folder or hub name, or a .gguf file (default: the embedded SmolLM2-135M-Instruct)")
     p.add_argument("--episodes", type=_positive_int, default=20, help="episodes to run (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="episode i uses seed SEED+i; also seeds sampling (default: %(default)s)")
+    p.add_argument("--backend", choices=("transformers", "vllm"), default="transformers",
+                   help="transformers (CPU or GPU, batches of --batch-size) or vllm (GPU: one AsyncLLM request "
+                   "per episode, --batch-size episodes in flight; --model must be a Hugging Face folder) "
+                   "(default: %(default)s)")
     p.add_argument("--batch-size", type=_positive_int, default=8, help="episodes generated together (default: %(default)s)")
     p.add_argument("--max-new-tokens", type=_positive_int, default=512, help="token limit of each assistant turn (default: %(default)s)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 decodes greedily (default: %(default)s)")
-    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... or auto (default: %(default)s)")
+    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... or auto (transformers backend; default: %(default)s)")
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.5, help="vLLM's share of the GPU (vllm backend; default: %(default)s)")
     p.add_argument("--out", default=None, help="trajectories JSONL (default: runs/<id>-<timestamp>.jsonl)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON (and nothing else) on stdout")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (it goes to stderr)")
@@ -224,6 +229,8 @@ def _user_errors(what: Callable[[], Any]) -> Any:
     try:
         return what()
     except DefaultModelNotInstalled as exc:
+        raise UsageError(str(exc)) from None
+    except ImportError as exc:  # an optional backend (vLLM) that is not installed
         raise UsageError(str(exc)) from None
     except KeyError as exc:  # unknown task id: the env's message is the KeyError's argument
         raise UsageError(str(exc.args[0]) if exc.args else repr(exc)) from None
@@ -354,37 +361,52 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     tokenizer = _user_errors(lambda: load_tokenizer(args.model))
     make_env = _env_factory(env_id, tokenizer=tokenizer, **_env_kwargs(args))
     first_env = _user_errors(make_env)
-    device = None if args.device == "auto" else args.device
-    policy = _user_errors(
-        lambda: HFPolicy(
-            args.model,
-            tokenizer=tokenizer,
-            device=device,
-            temperature=args.temperature,
-            seed=args.seed,
-            batch_size=args.batch_size,
-        )
-    )
     slots = min(args.batch_size, args.episodes)
     envs = [first_env] + [make_env] * (slots - 1)
-    metadata = {"model": model_name, "temperature": args.temperature, "max_new_tokens": args.max_new_tokens}
+    metadata = {"model": model_name, "temperature": args.temperature, "max_new_tokens": args.max_new_tokens,
+                "backend": args.backend}
+    common = dict(
+        episodes=args.episodes,
+        base_seed=args.seed,
+        max_new_tokens=args.max_new_tokens,
+        progress=not args.no_progress,
+        env_id=env_id,
+        metadata=metadata,
+    )
+    if args.backend == "vllm":
+        if args.model is None or Path(args.model).suffix == ".gguf":
+            raise UsageError("--backend vllm needs --model, a Hugging Face model folder (vLLM cannot read the "
+                             "embedded GGUF file; convert it first)")
+        from agent_gym.rollout.async_runner import run_episodes_async
+        from agent_gym.rollout.vllm import VLLMPolicy
+
+        policy: Any = _user_errors(
+            lambda: VLLMPolicy(args.model, tokenizer=tokenizer, temperature=args.temperature, seed=args.seed,
+                               gpu_memory_utilization=args.gpu_memory_utilization)
+        )
+        run = lambda writer: run_episodes_async(envs, policy, concurrency=slots, writer=writer, **common)  # noqa: E731
+    else:
+        device = None if args.device == "auto" else args.device
+        policy = _user_errors(
+            lambda: HFPolicy(
+                args.model,
+                tokenizer=tokenizer,
+                device=device,
+                temperature=args.temperature,
+                seed=args.seed,
+                batch_size=args.batch_size,
+            )
+        )
+        run = lambda writer: run_episodes(envs, policy, batch_size=args.batch_size, writer=writer, **common)  # noqa: E731
     with TrajectoryWriter(out, mode="w") as writer:
         try:
-            result = run_episodes(
-                envs,
-                policy,
-                episodes=args.episodes,
-                base_seed=args.seed,
-                max_new_tokens=args.max_new_tokens,
-                batch_size=args.batch_size,
-                progress=not args.no_progress,
-                writer=writer,
-                env_id=env_id,
-                metadata=metadata,
-            )
+            result = run(writer)
         except KeyboardInterrupt:
             print(f"{PROG}: interrupted; {writer.count} finished trajectories are in {out}", file=sys.stderr)
             return 130
+        finally:
+            if hasattr(policy, "close"):
+                policy.close()
 
     summary = {"env_id": env_id, "model": model_name, **result.summary(), "trajectories": str(out)}
     if args.json:

@@ -25,6 +25,7 @@ Example (on a GPU machine)::
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import threading
 import uuid
 from concurrent.futures import Future
@@ -110,6 +111,8 @@ class VLLMPolicy:
             raise ValueError(f"temperature must be >= 0, got {temperature}")
         if not 0 < top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+        if engine is None and importlib.util.find_spec("vllm") is None:
+            raise ImportError("VLLMPolicy needs vLLM, which is not installed: pip install vllm (a CUDA machine)")
         if tokenizer is None:
             from agent_gym.models import load_tokenizer
 
