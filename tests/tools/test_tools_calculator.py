@@ -109,7 +109,7 @@ def test_limits_are_cheap() -> None:
             evaluate_arithmetic(expression)
         except CalculatorError:
             pass
-    assert time.perf_counter() - start < 0.5
+    assert time.perf_counter() - start < 2.0  # without the limits, 9**9**9 alone takes minutes
 
 
 @pytest.mark.parametrize(

@@ -59,13 +59,13 @@ async def slow_async(seconds: float) -> str:
 
 @tool
 async def nap(tag: str) -> str:
-    await asyncio.sleep(0.2)
+    await asyncio.sleep(0.4)
     return tag
 
 
 @tool
 def sync_nap(tag: str) -> str:
-    time.sleep(0.2)
+    time.sleep(0.4)
     return tag
 
 
@@ -144,7 +144,7 @@ def test_user_message_attribute_opt_in() -> None:
 @pytest.mark.parametrize("name", ["slow_sync", "slow_async"])
 def test_timeout(name: str) -> None:
     start = time.perf_counter()
-    (result,) = EX.execute(calls((name, {"seconds": 1.0})))
+    (result,) = EX.execute(calls((name, {"seconds": 2.0})))
     elapsed = time.perf_counter() - start
     assert result == ToolResult(
         call_id="call_0",
@@ -153,14 +153,15 @@ def test_timeout(name: str) -> None:
         error_kind="timeout",
     )
     # The blocked worker thread must not hold up execute() (asyncio.run would
-    # join default-executor threads on shutdown).
-    assert elapsed < 0.8
+    # join default-executor threads on shutdown): 0.1 s, far below the tool's 2 s.
+    assert elapsed < 1.5
 
 
 def test_async_tool_and_concurrency() -> None:
     start = time.perf_counter()
     results = EX.execute(calls(("nap", {"tag": "a"}), ("nap", {"tag": "b"}), ("nap", {"tag": "c"})))
-    assert time.perf_counter() - start < 0.5
+    # three 0.4 s naps: 1.2 s one after another; the bound leaves room for a loaded machine
+    assert time.perf_counter() - start < 0.9
     assert [(r.call_id, r.content) for r in results] == [
         ("call_0", "a"),
         ("call_1", "b"),
@@ -171,7 +172,7 @@ def test_async_tool_and_concurrency() -> None:
 def test_sync_tools_run_concurrently_in_threads() -> None:
     start = time.perf_counter()
     results = EX.execute(calls(*(("sync_nap", {"tag": t}) for t in "abc")))
-    assert time.perf_counter() - start < 0.5
+    assert time.perf_counter() - start < 0.9  # 1.2 s if the threads ran one after another
     assert [r.content for r in results] == ["a", "b", "c"]
 
 

@@ -128,7 +128,7 @@ def test_calculator_only_raises_calculator_error(text: str) -> None:
         assert str(exc)
     else:
         assert type(result) in (int, float)
-    assert time.perf_counter() - start < 0.5
+    assert time.perf_counter() - start < 2.0  # an unlimited power or repeat would take far longer
 
 
 number_word_soup = st.lists(
