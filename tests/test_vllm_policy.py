@@ -152,7 +152,7 @@ def test_bad_prompts_are_refused_before_reaching_vllm(fake_vllm, tokenizer):
     with VLLMPolicy("smollm2", tokenizer=tokenizer, engine=engine) as policy:
         with pytest.raises(ValueError, match=rf"ids outside the vocabulary \[0, {len(tokenizer)}\): \[-1, {len(tokenizer)}\]"):
             policy.generate([[1, -1, len(tokenizer)]], max_new_tokens=4)
-        with pytest.raises(ValueError, match="empty prompt"):
+        with pytest.raises(ValueError, match="^every prompt needs at least one token$"):
             asyncio.run(policy.agenerate([], max_new_tokens=4))
         with pytest.raises(ValueError, match="max_new_tokens must be >= 1, got 0"):
             policy.generate([[1]], max_new_tokens=0)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any, Sequence
 
-from agent_gym.rollout.policy import Generation
+from agent_gym.rollout.policy import Generation, check_prompts
 
 __all__ = ["HFPolicy"]
 
@@ -63,7 +63,7 @@ class HFPolicy:
         from transformers import GenerationConfig
 
         from agent_gym.models import DEFAULT_MODEL, load_causal_lm, load_tokenizer
-        from agent_gym.rollout.policy import default_stop_ids
+        from agent_gym.rollout.policy import resolve_stop_ids
 
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {temperature}")
@@ -93,9 +93,7 @@ class HFPolicy:
             self.model.to(self.device)
         self.model.eval()
 
-        self.stop_ids: list[int] = default_stop_ids(self.tokenizer) if stop_ids is None else [int(t) for t in stop_ids]
-        if not self.stop_ids:
-            raise ValueError("stop_ids is empty: a turn would never end")
+        self.stop_ids: list[int] = resolve_stop_ids(self.tokenizer, stop_ids)
         pad = self.tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else self.stop_ids[0])
         # A clean config: only the special ids survive from the model's own (see the class docstring).
@@ -119,12 +117,8 @@ class HFPolicy:
         after the first stop id (which is included) with ``finish_reason="stop"``, or hold
         ``max_new_tokens`` ids with ``finish_reason="length"``.
         """
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        prompts = check_prompts(prompts, max_new_tokens)
         started = time.perf_counter()
-        prompts = [[int(t) for t in p] for p in prompts]
-        if any(not p for p in prompts):
-            raise ValueError("every prompt needs at least one token")
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
         results: list[Generation | None] = [None] * len(prompts)
         for start in range(0, len(order), self.batch_size):

@@ -12,7 +12,7 @@ from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
-__all__ = ["Generation", "Policy", "AsyncPolicy", "ScriptedPolicy", "FINISH_REASONS", "default_stop_ids"]
+__all__ = ["Generation", "Policy", "AsyncPolicy", "ScriptedPolicy", "FINISH_REASONS", "check_prompts", "default_stop_ids", "resolve_stop_ids"]
 
 #: ``"stop"``: a stop id (end of turn / eos) ended the generation; ``"length"``: ``max_new_tokens`` did.
 FINISH_REASONS = ("stop", "length")
@@ -59,6 +59,41 @@ def default_stop_ids(tokenizer: Any) -> list[int]:
     if not stop_ids:
         raise ValueError("no stop ids: the tokenizer has neither an end-of-turn token nor eos; pass stop_ids=")
     return stop_ids
+
+
+def resolve_stop_ids(tokenizer: Any, stop_ids: Sequence[int] | None = None) -> list[int]:
+    """``stop_ids`` as ints, or :func:`default_stop_ids` when ``None``: what a backend stops turns on.
+
+    Raises:
+        ValueError: ``stop_ids`` is empty (a turn would never end), or there is no default.
+    """
+    if stop_ids is None:
+        return default_stop_ids(tokenizer)
+    ids = [int(t) for t in stop_ids]
+    if not ids:
+        raise ValueError("stop_ids is empty: a turn would never end")
+    return ids
+
+
+def check_prompts(
+    prompts: Sequence[Sequence[int]], max_new_tokens: int, *, vocab_size: int | None = None
+) -> list[list[int]]:
+    """The prompts as lists of ints, after the checks every backend makes before generating.
+
+    Raises:
+        ValueError: ``max_new_tokens < 1``, an empty prompt, or (with ``vocab_size``) an id outside
+            ``[0, vocab_size)``.
+    """
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    checked = [[int(t) for t in p] for p in prompts]
+    if any(not p for p in checked):
+        raise ValueError("every prompt needs at least one token")
+    if vocab_size is not None:
+        bad = [t for p in checked for t in p if not 0 <= t < vocab_size]
+        if bad:
+            raise ValueError(f"prompt holds ids outside the vocabulary [0, {vocab_size}): {bad[:5]}")
+    return checked
 
 
 @runtime_checkable

@@ -31,7 +31,7 @@ import uuid
 from concurrent.futures import Future
 from typing import Any, Coroutine, Mapping, Sequence, TypeVar
 
-from agent_gym.rollout.policy import Generation, default_stop_ids
+from agent_gym.rollout.policy import Generation, check_prompts, resolve_stop_ids
 
 __all__ = ["VLLMPolicy", "completion_to_generation"]
 
@@ -122,9 +122,7 @@ class VLLMPolicy:
         self.temperature = float(temperature)
         self.top_p = float(top_p)
         self.with_logprobs = bool(logprobs)
-        self.stop_ids = default_stop_ids(tokenizer) if stop_ids is None else [int(t) for t in stop_ids]
-        if not self.stop_ids:
-            raise ValueError("stop_ids is empty: a turn would never end")
+        self.stop_ids = resolve_stop_ids(tokenizer, stop_ids)
         self.vocab_size = len(tokenizer)
 
         self._loop = asyncio.new_event_loop()
@@ -184,17 +182,6 @@ class VLLMPolicy:
         fields.update(overrides)
         return SamplingParams(**fields)
 
-    def _check_prompt(self, prompt: Sequence[int], max_new_tokens: int) -> list[int]:
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        ids = [int(t) for t in prompt]
-        if not ids:
-            raise ValueError("empty prompt")
-        bad = [t for t in ids if not 0 <= t < self.vocab_size]
-        if bad:
-            raise ValueError(f"prompt holds ids outside the vocabulary [0, {self.vocab_size}): {bad[:5]}")
-        return ids
-
     async def _generate_on_loop(self, prompt: list[int], max_new_tokens: int, overrides: dict[str, Any]) -> Generation:
         from vllm.inputs import TokensPrompt
 
@@ -212,12 +199,12 @@ class VLLMPolicy:
         ``overrides`` are extra ``SamplingParams`` fields for this request (benchmarks use
         ``ignore_eos=True, min_tokens=n``).
         """
-        ids = self._check_prompt(prompt, max_new_tokens)
+        (ids,) = check_prompts([prompt], max_new_tokens, vocab_size=self.vocab_size)
         return await asyncio.wrap_future(self._submit(self._generate_on_loop(ids, max_new_tokens, overrides)))
 
     def generate(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int) -> list[Generation]:
         """Generate a continuation of every prompt (all sent at once; vLLM batches them); in order."""
-        checked = [self._check_prompt(p, max_new_tokens) for p in prompts]
+        checked = check_prompts(prompts, max_new_tokens, vocab_size=self.vocab_size)
 
         async def _all() -> list[Generation]:
             return list(await asyncio.gather(*(self._generate_on_loop(p, max_new_tokens, {}) for p in checked)))
