@@ -54,9 +54,6 @@ class InFlightTracker:
         finally:
             self._change(-1)
 
-    def generate(self, prompts: Any, *, max_new_tokens: int) -> list[Generation]:
-        return self.policy.generate(prompts, max_new_tokens=max_new_tokens)
-
     def _change(self, delta: int) -> None:
         self.in_flight += delta
         self.events.append((time.perf_counter(), self.in_flight))

@@ -357,6 +357,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else _default_out(env_id)
     model_name = args.model or DEFAULT_MODEL
 
+    if args.backend == "vllm" and (args.model is None or Path(args.model).suffix == ".gguf"):
+        raise UsageError("--backend vllm needs --model, a Hugging Face model folder (vLLM cannot read the "
+                         "embedded GGUF file; convert it first)")
     # Cheap checks first (tokenizer, data) so that a mistake is reported before the model loads.
     tokenizer = _user_errors(lambda: load_tokenizer(args.model))
     make_env = _env_factory(env_id, tokenizer=tokenizer, **_env_kwargs(args))
@@ -374,9 +377,6 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         metadata=metadata,
     )
     if args.backend == "vllm":
-        if args.model is None or Path(args.model).suffix == ".gguf":
-            raise UsageError("--backend vllm needs --model, a Hugging Face model folder (vLLM cannot read the "
-                             "embedded GGUF file; convert it first)")
         from agent_gym.rollout.async_runner import run_episodes_async
         from agent_gym.rollout.vllm import VLLMPolicy
 
