@@ -312,3 +312,39 @@ def test_each_write_is_fsynced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
         assert len(synced) - before == 2
         # The data is on disk (not just in a buffer) while the writer is still open.
         assert [t.id for t in read_trajectories(path)] == ["a", "b"]
+
+
+# -- token_sequence ---------------------------------------------------------------------------------
+
+
+def _step(i: int, prompt: list[int], response: list[int], *, new_segment: bool = False, last: bool = False) -> StepRecord:
+    return StepRecord(
+        trajectory_id="t", step=i, prompt_ids=prompt, response_ids=response, reward=0.0,
+        terminated=last, truncated=False, new_segment=new_segment,
+    )
+
+
+def test_token_sequence_joins_steps_and_masks_only_actions() -> None:
+    traj = Trajectory(
+        id="t",
+        env_id="E",
+        steps=[
+            _step(0, [1, 2, 3], [10, 11]),
+            _step(1, [1, 2, 3, 10, 11, 20, 21], [12]),  # env appended 20, 21
+            _step(2, [1, 2, 3, 10, 11, 20, 21, 12, 30], [13, 14, 15], last=True),
+        ],
+    )
+    ids, mask = traj.token_sequence()
+    assert ids == [1, 2, 3, 10, 11, 20, 21, 12, 30, 13, 14, 15]
+    assert mask == [0, 0, 0, 1, 1, 0, 0, 1, 0, 1, 1, 1]
+
+
+def test_token_sequence_refuses_drift_new_segments_and_empty() -> None:
+    drift = Trajectory(id="t", env_id="E", steps=[_step(0, [1, 2], [5]), _step(1, [1, 2, 6, 7], [8])])
+    with pytest.raises(ValueError, match=r"step 1's prompt ids do not start with the previous prompt \+ response ids"):
+        drift.token_sequence()
+    rewritten = Trajectory(id="t", env_id="E", steps=[_step(0, [1, 2], [5]), _step(1, [9], [8], new_segment=True)])
+    with pytest.raises(ValueError, match="step 1 has new_segment set"):
+        rewritten.token_sequence()
+    with pytest.raises(ValueError, match="has no steps"):
+        Trajectory(id="t", env_id="E").token_sequence()

@@ -17,7 +17,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(
-    "script", ["run_qwen2.5-3b.sh", "run_qwen3-4b_gsm8k_tool.sh", "run_smollm2-135m_gsm8k_tool.sh"]
+    "script",
+    ["run_qwen2.5-3b.sh", "run_qwen3-4b_gsm8k_tool.sh", "run_smollm2-135m_gsm8k_tool.sh", "run_smollm2-135m_countdown.sh"],
 )
 def test_run_script_composes_with_installed_verl(script, tmp_path):
     env = {
@@ -33,6 +34,8 @@ def test_run_script_composes_with_installed_verl(script, tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "dry run" in proc.stdout and "adv_estimator=grpo" in proc.stdout
     assert str(tmp_path / "model") in proc.stdout and "agent_loops.yaml" in proc.stdout
+    # _verl_common.sh turns on the vectorised token log-probs through verl's import hook.
+    assert "token log-probs from agent_gym_verl.fast_logprobs" in proc.stdout
 
 
 def test_dry_run_rejects_a_step_mode_estimator_it_cannot_run():

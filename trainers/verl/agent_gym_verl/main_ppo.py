@@ -115,10 +115,13 @@ def dry_run(overrides: list[str]) -> Any:
         check_estimator(cfg.algorithm.adv_estimator, cfg.algorithm)
     if not compat.LEGACY_LAYOUT and cfg.trainer.get("use_v1", False):
         raise SystemExit("agent_gym_verl.main_ppo: set trainer.use_v1=False (the legacy trainer is the one extended)")
+    from verl.utils import torch_functional
+
     print(
         f"agent_gym_verl dry run (verl {compat.VERL_VERSION}): config composed; "
         f"adv_estimator={cfg.algorithm.adv_estimator}, model={cfg.actor_rollout_ref.model.path}, "
-        f"agent_loop_config_path={cfg.actor_rollout_ref.rollout.agent.agent_loop_config_path}"
+        f"agent_loop_config_path={cfg.actor_rollout_ref.rollout.agent.agent_loop_config_path}, "
+        f"token log-probs from {torch_functional.logprobs_from_logits_v2.__module__}"
     )
     return cfg
 

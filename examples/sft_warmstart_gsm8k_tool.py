@@ -1,0 +1,240 @@
+"""Supervised tool-use warm start for AgentR1/GSM8KTool-v0, from GSM8K's own calculator annotations.
+
+    python examples/sft_warmstart_gsm8k_tool.py --out ~/models/smollm2-135m-gsm8k-tool-sft \\
+        [--model PATH] [--limit 2000] [--epochs 1] [--batch-size 16] [--lr 5e-5]
+
+Small instruction models (SmolLM2-135M-Instruct: 0 calls in 1,024 GPU episodes, 2026-11-30) never
+call the calculator, so an RL run on GSM8KTool-v0 sees only single-turn episodes. This script builds
+demonstrations from the training split (``agent_gym_gsm8k.demonstrations.calculator_turns``: each
+``<<48/2=24>>`` annotation becomes a ``calculate`` call, the answer closes), plays each one through the
+env itself (so the tool replies are the env's own calculator output and the prompt is the env's prompt,
+token for token), keeps the episodes that end correct with no tool error, and fine-tunes the model on
+them with the loss on the assistant's tokens only (``Trajectory.token_sequence``'s action mask). The
+result is an ordinary Hugging Face folder for ``MODEL_PATH=`` of ``run_smollm2-135m_gsm8k_tool.sh``.
+
+Defaults run on a laptop CPU for a smoke test (``--limit 16 --max-steps 2``); the real warm start is
+meant for a GPU (2,000 episodes, one epoch: well under a minute of training on an H200).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import sys
+import time
+from collections import Counter
+from typing import Any
+
+import gymnasium as gym
+
+import agent_gym  # noqa: F401  (registers the env ids)
+from agent_gym.models import load_causal_lm, load_tokenizer
+from agent_gym.rollout import ScriptedPolicy, run_episodes
+from agent_gym_gsm8k.demonstrations import calculator_turns
+from agent_gym_gsm8k.env import GSM8KToolEnv
+
+ENV_ID = "AgentR1/GSM8KTool-v0"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__
+    )
+    parser.add_argument("--out", required=True, help="folder for the fine-tuned model, its tokenizer and sft_summary.json")
+    parser.add_argument("--model", default=None, help="Hugging Face model folder or name (default: the embedded SmolLM2-135M-Instruct)")
+    parser.add_argument("--data-dir", default=None, help="GSM8K jsonl folder (default: $AGENT_GYM_GSM8K_DIR, else the hub)")
+    parser.add_argument("--limit", type=int, default=2000, help="training problems to turn into demonstrations (default 2000)")
+    parser.add_argument("--epochs", type=float, default=1.0, help="passes over the kept demonstrations (default 1)")
+    parser.add_argument("--batch-size", type=int, default=16, help="episodes per optimizer step (default 16)")
+    parser.add_argument("--lr", type=float, default=5e-5, help="peak learning rate, linear warm-up and decay (default 5e-5)")
+    parser.add_argument("--max-steps", type=int, default=None, help="stop after this many optimizer steps (smoke tests)")
+    parser.add_argument("--max-length", type=int, default=1024, help="drop episodes longer than this many tokens (default 1024)")
+    parser.add_argument("--device", default="auto", help="cuda, cpu or auto (default: cuda when available)")
+    parser.add_argument("--seed", type=int, default=0, help="shuffling and initialisation seed (default 0)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    args = parser.parse_args(argv)
+    for name in ("limit", "batch_size", "max_length"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1")
+    if args.epochs <= 0 or args.lr <= 0:
+        parser.error("--epochs and --lr must be > 0")
+    return args
+
+
+def build_demonstrations(
+    tokenizer: Any, *, limit: int, data_dir: str | None, max_length: int, progress: bool = True
+) -> tuple[list[tuple[list[int], list[int]]], Counter[str]]:
+    """Play the calculator demonstrations of the first ``limit`` training problems through the env.
+
+    Returns the kept episodes as ``(token_ids, action_mask)`` and a count of every outcome (``kept``
+    and each reason for dropping one: ``no_annotations``, ``tool_error``, ``not_correct``, ``too_long``).
+    """
+    kwargs: dict[str, Any] = {"tokenizer": tokenizer, "split": "train"}
+    if data_dir:
+        kwargs["data_dir"] = data_dir
+    probe = GSM8KToolEnv(**kwargs)
+    outcome: Counter[str] = Counter()
+    scripts: list[list[str]] = []
+    task_ids: list[str] = []
+    for index in range(min(limit, len(probe.tasks))):
+        task = probe.tasks[index]
+        demo = calculator_turns(task.solution, max_turns=probe.max_turns)
+        if demo is None:
+            outcome["no_annotations"] += 1
+            continue
+        turns, answer = demo
+        scripts.append([probe.parser.format_calls(calls) for calls in turns] + [answer])
+        task_ids.append(task.id)
+    probe.close()
+
+    policy = ScriptedPolicy(tokenizer, lambda conversation, turn: scripts[conversation][turn - 1])
+    result = run_episodes(
+        lambda: gym.make(ENV_ID, **kwargs),
+        policy,
+        task_ids=task_ids,
+        batch_size=64,
+        max_new_tokens=max_length,
+        progress=progress,
+    )
+    kept: list[tuple[list[int], list[int]]] = []
+    for trajectory in result.trajectories:
+        info = trajectory.final_info
+        if info.get("tool_errors"):
+            outcome["tool_error"] += 1
+        elif not info.get("correct"):
+            outcome["not_correct"] += 1
+        else:
+            ids, mask = trajectory.token_sequence()
+            if len(ids) > max_length:
+                outcome["too_long"] += 1
+                continue
+            outcome["kept"] += 1
+            kept.append((ids, mask))
+    return kept, outcome
+
+
+def train(
+    model: Any,
+    examples: list[tuple[list[int], list[int]]],
+    *,
+    pad_id: int,
+    epochs: float,
+    batch_size: int,
+    lr: float,
+    max_steps: int | None,
+    device: str,
+    seed: int,
+    progress: bool = True,
+) -> list[float]:
+    """Fine-tune ``model`` on ``examples`` (loss on action tokens only); returns the loss of every step."""
+    import torch
+    from tqdm.auto import tqdm
+
+    rng = random.Random(seed)
+    steps_per_epoch = math.ceil(len(examples) / batch_size)
+    total = max(1, math.ceil(steps_per_epoch * epochs))
+    if max_steps is not None:
+        total = min(total, max_steps)
+    warmup = max(1, total // 10)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: min((step + 1) / warmup, max(0.0, (total - step) / max(1, total - warmup)))
+    )
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device == "cuda" else torch.autocast("cpu", enabled=False)
+    model.train()
+    losses: list[float] = []
+    order: list[int] = []
+    bar = tqdm(total=total, desc="sft", disable=not progress)
+    while len(losses) < total:
+        if len(order) < batch_size:
+            fresh = list(range(len(examples)))
+            rng.shuffle(fresh)
+            order.extend(fresh)
+        batch = [examples[i] for i in order[:batch_size]]
+        del order[:batch_size]
+        width = max(len(ids) for ids, _ in batch)
+        input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+        attention = torch.zeros((len(batch), width), dtype=torch.long)
+        labels = torch.full((len(batch), width), -100, dtype=torch.long)  # -100: no loss
+        for row, (ids, mask) in enumerate(batch):
+            input_ids[row, : len(ids)] = torch.tensor(ids)
+            attention[row, : len(ids)] = 1
+            labels[row, : len(ids)] = torch.tensor([t if m else -100 for t, m in zip(ids, mask)])
+        with autocast:
+            out = model(
+                input_ids=input_ids.to(device), attention_mask=attention.to(device), labels=labels.to(device)
+            )
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(float(out.loss.detach()))
+        bar.update(1)
+        bar.set_postfix(loss=f"{losses[-1]:.3f}")
+    bar.close()
+    model.eval()
+    return losses
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    import torch
+
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    torch.manual_seed(args.seed)
+    started = time.perf_counter()
+    tokenizer = load_tokenizer(args.model)
+    examples, outcome = build_demonstrations(
+        tokenizer, limit=args.limit, data_dir=args.data_dir, max_length=args.max_length, progress=not args.no_progress
+    )
+    built_s = time.perf_counter() - started
+    print(f"demonstrations: {dict(sorted(outcome.items()))} in {built_s:.1f} s", file=sys.stderr)
+    if not examples:
+        print("error: no demonstration was kept; nothing to train on", file=sys.stderr)
+        return 1
+    model = load_causal_lm(args.model, dtype=torch.float32).to(device)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    t0 = time.perf_counter()
+    losses = train(
+        model,
+        examples,
+        pad_id=int(pad_id),
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        max_steps=args.max_steps,
+        device=device,
+        seed=args.seed,
+        progress=not args.no_progress,
+    )
+    train_s = time.perf_counter() - t0
+    os.makedirs(args.out, exist_ok=True)
+    model.save_pretrained(args.out)
+    tokenizer.save_pretrained(args.out)
+    summary = {
+        "env_id": ENV_ID,
+        "model": args.model or "embedded SmolLM2-135M-Instruct",
+        "device": device,
+        "demonstrations": dict(sorted(outcome.items())),
+        "action_tokens": sum(sum(mask) for _, mask in examples),
+        "steps": len(losses),
+        "batch_size": args.batch_size,
+        "lr": args.lr,
+        "loss_first": losses[0],
+        "loss_last": losses[-1],
+        "losses": [round(x, 4) for x in losses],
+        "build_seconds": round(built_s, 1),
+        "train_seconds": round(train_s, 1),
+    }
+    with open(os.path.join(args.out, "sft_summary.json"), "w") as fh:
+        json.dump(summary, fh, indent=1)
+    print(json.dumps({k: v for k, v in summary.items() if k != "losses"}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
