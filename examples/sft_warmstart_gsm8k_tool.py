@@ -47,6 +47,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--model", default=None, help="Hugging Face model folder or name (default: the embedded SmolLM2-135M-Instruct)")
     parser.add_argument("--data-dir", default=None, help="GSM8K jsonl folder (default: $AGENT_GYM_GSM8K_DIR, else the hub)")
     parser.add_argument("--limit", type=int, default=2000, help="training problems to turn into demonstrations (default 2000)")
+    parser.add_argument(
+        "--offset", type=int, default=0,
+        help="skip this many training problems first, e.g. to keep the problems an RL run trains on unseen (default 0)",
+    )
     parser.add_argument("--epochs", type=float, default=1.0, help="passes over the kept demonstrations (default 1)")
     parser.add_argument("--batch-size", type=int, default=16, help="episodes per optimizer step (default 16)")
     parser.add_argument("--lr", type=float, default=5e-5, help="peak learning rate, linear warm-up and decay (default 5e-5)")
@@ -59,15 +63,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name in ("limit", "batch_size", "max_length"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
+    if args.offset < 0:
+        parser.error("--offset must be >= 0")
     if args.epochs <= 0 or args.lr <= 0:
         parser.error("--epochs and --lr must be > 0")
     return args
 
 
 def build_demonstrations(
-    tokenizer: Any, *, limit: int, data_dir: str | None, max_length: int, progress: bool = True
+    tokenizer: Any, *, limit: int, data_dir: str | None, max_length: int, offset: int = 0, progress: bool = True
 ) -> tuple[list[tuple[list[int], list[int]]], Counter[str]]:
-    """Play the calculator demonstrations of the first ``limit`` training problems through the env.
+    """Play the calculator demonstrations of ``limit`` training problems, from ``offset``, through the env.
 
     Returns the kept episodes as ``(token_ids, action_mask)`` and a count of every outcome (``kept``
     and each reason for dropping one: ``no_annotations``, ``tool_error``, ``not_correct``, ``too_long``).
@@ -79,7 +85,7 @@ def build_demonstrations(
     outcome: Counter[str] = Counter()
     scripts: list[list[str]] = []
     task_ids: list[str] = []
-    for index in range(min(limit, len(probe.tasks))):
+    for index in range(offset, min(offset + limit, len(probe.tasks))):
         task = probe.tasks[index]
         demo = calculator_turns(task.solution, max_turns=probe.max_turns)
         if demo is None:
@@ -189,7 +195,12 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     tokenizer = load_tokenizer(args.model)
     examples, outcome = build_demonstrations(
-        tokenizer, limit=args.limit, data_dir=args.data_dir, max_length=args.max_length, progress=not args.no_progress
+        tokenizer,
+        limit=args.limit,
+        data_dir=args.data_dir,
+        max_length=args.max_length,
+        offset=args.offset,
+        progress=not args.no_progress,
     )
     built_s = time.perf_counter() - started
     print(f"demonstrations: {dict(sorted(outcome.items()))} in {built_s:.1f} s", file=sys.stderr)
@@ -219,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         "env_id": ENV_ID,
         "model": args.model or "embedded SmolLM2-135M-Instruct",
         "device": device,
+        "problems": f"train-{args.offset} .. train-{args.offset + args.limit - 1}",
         "demonstrations": dict(sorted(outcome.items())),
         "action_tokens": sum(sum(mask) for _, mask in examples),
         "steps": len(losses),

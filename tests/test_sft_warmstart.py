@@ -67,10 +67,10 @@ def test_dropped_demonstrations_are_counted_by_reason(tokenizer) -> None:
 @pytest.mark.slow
 def test_a_short_cpu_run_saves_a_model_that_loads(tmp_path: Path) -> None:
     out = tmp_path / "sft"
-    rc = sft.main(["--out", str(out), "--limit", "2", "--max-steps", "1", "--batch-size", "1", "--device", "cpu", "--no-progress"])
-    assert rc == 0
+    args = ["--out", str(out), "--limit", "2", "--offset", "5", "--max-steps", "1", "--batch-size", "1"]
+    assert sft.main([*args, "--device", "cpu", "--no-progress"]) == 0
     summary = json.loads((out / "sft_summary.json").read_text())
-    assert summary["demonstrations"] == {"kept": 2}
+    assert summary["demonstrations"] == {"kept": 2} and summary["problems"] == "train-5 .. train-6"
     assert summary["steps"] == 1 and summary["device"] == "cpu"
     assert 0.0 < summary["loss_first"] < 5.0
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -83,3 +83,6 @@ def test_bad_arguments_are_refused(capsys) -> None:
     with pytest.raises(SystemExit):
         sft.parse_args(["--out", "x", "--batch-size", "0"])
     assert "--batch-size must be >= 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        sft.parse_args(["--out", "x", "--offset", "-1"])
+    assert "--offset must be >= 0" in capsys.readouterr().err

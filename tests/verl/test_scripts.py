@@ -38,6 +38,28 @@ def test_run_script_composes_with_installed_verl(script, tmp_path):
     assert "token log-probs from agent_gym_verl.fast_logprobs" in proc.stdout
 
 
+@pytest.mark.parametrize("mode,length", [("concat", 1024), ("step", 256), ("bogus", None)])
+def test_gsm8k_tool_script_modes(mode, length, tmp_path):
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "AGENT_GYM_VERL_DRY_RUN": "1",
+        "MODE": mode,
+        "HOME": str(tmp_path),
+    }
+    proc = subprocess.run(
+        ["bash", str(REPO / "examples" / "run_smollm2-135m_gsm8k_tool.sh")], env=env, capture_output=True, text=True, timeout=300
+    )
+    if length is None:
+        assert proc.returncode == 2 and "MODE must be step or concat, got 'bogus'" in proc.stderr
+        return
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    data = "gsm8k_tool_concat" if mode == "concat" else "gsm8k_tool"
+    assert f"data.train_files={tmp_path}/data/{data}/train.parquet" in proc.stderr  # set -x echoes the command
+    assert f"data.max_response_length={length}" in proc.stderr
+    assert f"trainer.experiment_name=smollm2_135m_{mode}_grpo" in proc.stderr
+
+
 def test_dry_run_rejects_a_step_mode_estimator_it_cannot_run():
     from agent_gym_verl.main_ppo import dry_run
     from agent_gym_verl.step_advantage import StepModeError
