@@ -18,7 +18,9 @@
 # Expected GPU memory (measured on one H200, verl 0.9.1 + vLLM 0.24, step mode): actor peak ~16.5 GB
 # (micro-batches of 32 samples, no remove-padding), vLLM gpu_memory_utilization=0.4 of the GPU
 # while generating (asleep while training): a 40 GB+ GPU runs it as is; on 24 GB lower
-# ppo_micro_batch_size_per_gpu and gpu_memory_utilization. Two GPUs: trainer.n_gpus_per_node=2.
+# ppo_micro_batch_size_per_gpu and gpu_memory_utilization.
+# Two GPUs: trainer.n_gpus_per_node=2 actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16 (each GPU's share
+# of a mini-batch, 32 x 5 / 2 = 80 rows, must split into micro-batches; the trainer refuses sizes that do not).
 set -xeuo pipefail
 
 MODEL_PATH=${MODEL_PATH:-/root/smollm2}   # the converted HF folder (see above)

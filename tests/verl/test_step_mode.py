@@ -360,6 +360,12 @@ def test_trainer_init_checks_settings_and_marks_the_config(verl_tokenizer, tmp_p
         cls(verl_config(model, "algorithm.adv_estimator=remax"), train_dataset=step_data)
     concat_data = SimpleNamespace(dataframe=type("F", (dict,), {"column_names": ["agent_name"]})(agent_name=["agent_gym"]))
     cls(verl_config(model, "algorithm.adv_estimator=remax"), train_dataset=concat_data)  # concat: verl decides
+    two_gpus = _sized_config(tmp_path, verl_tokenizer, "trainer.n_gpus_per_node=2")
+    if compat.LEGACY_LAYOUT:  # verl 0.7's actor splits uneven micro-batches itself
+        cls(two_gpus, train_dataset=step_data)
+    else:
+        with pytest.raises(ValueError, match=r"is 80 per GPU on 2 GPU\(s\), which ppo_micro_batch_size_per_gpu=32 does not divide"):
+            cls(two_gpus, train_dataset=concat_data)
 
 
 @pytest.mark.slow
@@ -406,3 +412,48 @@ def test_one_optimizer_step_of_smollm2_on_a_step_batch(smollm2_model, verl_token
     moved = [n for n, p in model.named_parameters() if p.requires_grad and not torch.equal(p.detach(), params[n])]
     assert moved, "no parameter changed"
     assert stats["agent_gym/step/pad_rows"] in (0.0, 1.0)
+
+
+def _sized_config(tmp_path, verl_tokenizer, *overrides):
+    from _verl_support import hf_model_folder, verl_config
+
+    return verl_config(
+        hf_model_folder(str(tmp_path), verl_tokenizer),
+        "actor_rollout_ref.rollout.n=5",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=32",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=32",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=32",
+        *overrides,
+    )
+
+
+def test_step_batches_are_padded_so_every_gpu_share_splits_into_log_prob_micro_batches(verl_tokenizer, tmp_path):
+    """On 2 H200s (2026-11-30) 160-row mini-batches split 80 per GPU, which verl 0.9's engine could not cut
+    into log-prob micro-batches of 32: the padding multiple now includes dp x each micro-batch size."""
+    from agent_gym_verl.trainer import step_pad_multiple
+
+    cfg = _sized_config(tmp_path, verl_tokenizer)
+    assert step_pad_multiple(cfg, 1) == 160  # lcm(1, 32 x 5, 1 x 32)
+    assert step_pad_multiple(cfg, 2) == 320  # lcm(2, 160, 2 x 32): 160 per GPU = 5 micro-batches
+    cfg16 = _sized_config(tmp_path, verl_tokenizer, "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16",
+                          "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=16")
+    assert step_pad_multiple(cfg16, 2) == 160
+    dynamic = _sized_config(tmp_path, verl_tokenizer, "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=True",
+                            "actor_rollout_ref.ref.log_prob_use_dynamic_bsz=True", "actor_rollout_ref.actor.use_dynamic_bsz=True")
+    assert step_pad_multiple(dynamic, 2) == 160  # token-budget micro-batches: no row constraint
+
+
+def test_an_actor_mini_batch_that_micro_batches_cannot_split_is_refused_at_start(verl_tokenizer, tmp_path):
+    from agent_gym_verl.trainer import check_micro_batches
+
+    cfg = _sized_config(tmp_path, verl_tokenizer)
+    check_micro_batches(cfg, 1)  # 160 rows per GPU, micro 32: fine
+    with pytest.raises(ValueError) as err:
+        check_micro_batches(cfg, 2)
+    assert str(err.value) == (
+        "actor_rollout_ref.actor.ppo_mini_batch_size=32 x rollout.n=5 = 160 rows per mini-batch is 80 per GPU on 2 GPU(s), "
+        "which ppo_micro_batch_size_per_gpu=32 does not divide; pick sizes so that ppo_mini_batch_size * n / n_gpus "
+        "is a multiple of ppo_micro_batch_size_per_gpu"
+    )
+    check_micro_batches(_sized_config(tmp_path, verl_tokenizer, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16"), 2)

@@ -72,6 +72,58 @@ def step_aware_compute_advantage(base: Any) -> Any:
     return compute_advantage
 
 
+def _fixed_micro(section: Any, micro_key: str, dynamic_key: str) -> int | None:
+    """A config section's micro-batch size per GPU, or None when it batches by tokens (dynamic) or has none."""
+    if section is None or bool(section.get(dynamic_key, False)):
+        return None
+    value = section.get(micro_key, None)
+    return int(value) if value else None
+
+
+def step_pad_multiple(cfg: Any, dp_size: int, *, with_critic: bool = False) -> int:
+    """The row count an expanded step batch is padded to a multiple of, so that every verl worker can
+    split it: whole global PPO mini-batches (``ppo_mini_batch_size * rollout.n`` rows; verl 0.9's engine
+    workers require them), the data-parallel size, and, where log-probs are computed in fixed
+    micro-batches, ``dp_size`` times each of those micro-batch sizes (verl 0.9's engine asserts that
+    every rank's share divides into them: on 2 GPUs, 160 rows and micro-batches of 32 failed).
+    The critic's mini-batch and micro-batch too when there is one."""
+    n = int(cfg.actor_rollout_ref.rollout.n)
+    multiple = math.lcm(int(dp_size), int(cfg.actor_rollout_ref.actor.ppo_mini_batch_size) * n)
+    arr = cfg.actor_rollout_ref
+    for micro in (
+        _fixed_micro(arr.rollout, "log_prob_micro_batch_size_per_gpu", "log_prob_use_dynamic_bsz"),
+        _fixed_micro(arr.get("ref", None), "log_prob_micro_batch_size_per_gpu", "log_prob_use_dynamic_bsz"),
+    ):
+        if micro:
+            multiple = math.lcm(multiple, int(dp_size) * micro)
+    if with_critic and "critic" in cfg:
+        multiple = math.lcm(multiple, int(cfg.critic.ppo_mini_batch_size) * n)
+        micro = _fixed_micro(cfg.critic, "forward_micro_batch_size_per_gpu", "use_dynamic_bsz")
+        if micro:
+            multiple = math.lcm(multiple, int(dp_size) * micro)
+    return multiple
+
+
+def check_micro_batches(cfg: Any, dp_size: int) -> None:
+    """Refuse, at start-up, an actor whose per-GPU mini-batch does not split into its micro-batches.
+
+    verl 0.9's engine asserts it at the first update, after minutes of start-up and a whole rollout;
+    no padding can fix it (the mini-batch size is fixed by the config). Applies in both modes.
+    """
+    actor = cfg.actor_rollout_ref.actor
+    micro = _fixed_micro(actor, "ppo_micro_batch_size_per_gpu", "use_dynamic_bsz")
+    if not micro:
+        return
+    rows = int(actor.ppo_mini_batch_size) * int(cfg.actor_rollout_ref.rollout.n)
+    if rows % dp_size or (rows // dp_size) % micro:
+        raise ValueError(
+            f"actor_rollout_ref.actor.ppo_mini_batch_size={actor.ppo_mini_batch_size} x rollout.n="
+            f"{cfg.actor_rollout_ref.rollout.n} = {rows} rows per mini-batch is {rows / dp_size:g} per GPU on "
+            f"{dp_size} GPU(s), which ppo_micro_batch_size_per_gpu={micro} does not divide; pick sizes so that "
+            "ppo_mini_batch_size * n / n_gpus is a multiple of ppo_micro_batch_size_per_gpu"
+        )
+
+
 @functools.lru_cache(maxsize=None)
 def agent_gym_trainer_class(base: type) -> type:
     """A subclass of verl's ``RayPPOTrainer`` ``base`` with the step-mode hooks (see module docstring)."""
@@ -84,6 +136,10 @@ def agent_gym_trainer_class(base: type) -> type:
             self._agent_gym_step_mode = dataset_uses_step_mode(getattr(self, "train_dataset", None), default_loop)
             if self._agent_gym_step_mode:
                 check_estimator(cfg.algorithm.adv_estimator, cfg.algorithm)
+            if not compat.LEGACY_LAYOUT and cfg.actor_rollout_ref.actor.get("strategy", "fsdp") in ("fsdp", "fsdp2"):
+                # verl 0.9's FSDP engine: data-parallel over every GPU but the sequence-parallel groups.
+                world = int(cfg.trainer.n_gpus_per_node) * int(cfg.trainer.nnodes)
+                check_micro_batches(cfg, world // int(cfg.actor_rollout_ref.actor.get("ulysses_sequence_parallel_size", 1) or 1))
             from omegaconf import open_dict
 
             self._agent_gym_balance = bool(cfg.trainer.get("balance_batch", True))
@@ -111,18 +167,12 @@ def agent_gym_trainer_class(base: type) -> type:
             return super()._balance_batch(batch, metrics, logging_prefix=logging_prefix, keep_minibatch=keep_minibatch)
 
         def _agent_gym_pad_multiple(self) -> int:
-            """Row count the expanded batch is padded to a multiple of: the data-parallel size and the
-            global PPO mini-batch (``ppo_mini_batch_size * rollout.n`` rows; verl 0.9's engine workers
-            require whole mini-batches), of the critic too when there is one."""
-            cfg = self.config
-            n = int(cfg.actor_rollout_ref.rollout.n)
-            multiple = math.lcm(
+            """Row count the expanded batch is padded to a multiple of (see :func:`step_pad_multiple`)."""
+            return step_pad_multiple(
+                self.config,
                 int(self._get_dp_size(self.actor_rollout_wg, "actor")),
-                int(cfg.actor_rollout_ref.actor.ppo_mini_batch_size) * n,
+                with_critic=bool(getattr(self, "use_critic", False)),
             )
-            if getattr(self, "use_critic", False) and "critic" in cfg:
-                multiple = math.lcm(multiple, int(cfg.critic.ppo_mini_batch_size) * n)
-            return multiple
 
         def fit(self) -> Any:
             module = compat.ray_trainer_module()
