@@ -457,3 +457,28 @@ def test_an_actor_mini_batch_that_micro_batches_cannot_split_is_refused_at_start
         "is a multiple of ppo_micro_batch_size_per_gpu"
     )
     check_micro_batches(_sized_config(tmp_path, verl_tokenizer, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16"), 2)
+
+
+def test_the_padded_step_batch_splits_in_verls_own_micro_batcher_on_two_gpus(verl_tokenizer, tmp_path):
+    """verl 0.9's real ``prepare_micro_batches`` on each GPU's share of a batch padded to
+    ``step_pad_multiple``: it splits; the share of the old multiple (whole mini-batches only) did not."""
+    engine_utils = pytest.importorskip("verl.workers.engine.utils")
+    from tensordict import TensorDict
+    from verl.utils import tensordict_utils as tu
+
+    from agent_gym_verl.trainer import step_pad_multiple
+
+    def split(rows: int, micro: int) -> int:
+        td = TensorDict({"input_ids": torch.zeros(rows, 4, dtype=torch.long)}, batch_size=[rows])
+        tu.assign_non_tensor(td, use_dynamic_bsz=False, micro_batch_size_per_gpu=micro)
+        micro_batches, _ = engine_utils.prepare_micro_batches(td)
+        return len(micro_batches)
+
+    cfg = _sized_config(tmp_path, verl_tokenizer)
+    real_samples = 290  # e.g. 64 prompts x 5 episodes of ~4.5 turns, minus the short ones
+    multiple = step_pad_multiple(cfg, 2)
+    padded = -(-real_samples // multiple) * multiple
+    assert padded == 320 and split(padded // 2, 32) == 5
+    if not compat.LEGACY_LAYOUT:  # verl 0.7's engine utilities do not assert it (its legacy actor splits unevenly)
+        with pytest.raises(AssertionError, match="divisible by force_group_size"):
+            split(math.lcm(2, 160) // 2, 32)  # the old multiple: 160 rows, 80 per GPU
