@@ -94,6 +94,7 @@ def build_demonstrations(
         turns, answer = demo
         scripts.append([probe.parser.format_calls(calls) for calls in turns] + [answer])
         task_ids.append(task.id)
+    reply_limit = probe.max_action_tokens  # never cut a scripted reply: a long episode is dropped whole below
     probe.close()
 
     policy = ScriptedPolicy(tokenizer, lambda conversation, turn: scripts[conversation][turn - 1])
@@ -102,7 +103,7 @@ def build_demonstrations(
         policy,
         task_ids=task_ids,
         batch_size=64,
-        max_new_tokens=max_length,
+        max_new_tokens=reply_limit,
         progress=progress,
     )
     kept: list[tuple[list[int], list[int]]] = []
