@@ -16,5 +16,6 @@ then
 fi
 # verl's token log-probs without flash-attn loop over every token in Python (the actor update of
 # SmolLM2 on an H200 was 17.5 s of it); agent_gym_verl.fast_logprobs vectorises the loop in every verl
-# process through verl's own import hook. Set VERL_USE_EXTERNAL_MODULES= (empty) to run verl's as is.
+# process through verl's own import hook. Set VERL_USE_EXTERNAL_MODULES= (empty) to run verl's as is; with
+# modules of your own, list ours too: VERL_USE_EXTERNAL_MODULES=my_mod,agent_gym_verl.fast_logprobs.
 export VERL_USE_EXTERNAL_MODULES=${VERL_USE_EXTERNAL_MODULES-agent_gym_verl.fast_logprobs}

@@ -19,8 +19,8 @@
 # (micro-batches of 32 samples, no remove-padding), vLLM gpu_memory_utilization=0.4 of the GPU
 # while generating (asleep while training): a 40 GB+ GPU runs it as is; on 24 GB lower
 # ppo_micro_batch_size_per_gpu and gpu_memory_utilization.
-# Two GPUs: trainer.n_gpus_per_node=2 actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16 (each GPU's share
-# of a mini-batch, 32 x 5 / 2 = 80 rows, must split into micro-batches; the trainer refuses sizes that do not).
+# Two GPUs: MICRO=16 bash examples/run_smollm2-135m_gsm8k_tool.sh trainer.n_gpus_per_node=2 (each GPU's share of
+# a mini-batch, 32 x 5 / 2 = 80 rows, must split into micro-batches; the trainer refuses sizes that do not).
 set -xeuo pipefail
 
 MODEL_PATH=${MODEL_PATH:-/root/smollm2}   # the converted HF folder (see above)
@@ -31,6 +31,7 @@ case "$MODE" in
   *) echo "MODE must be step or concat, got '$MODE'" >&2; exit 2 ;;
 esac
 STEPS=${STEPS:-12}
+MICRO=${MICRO:-32}   # micro-batch size per GPU of the update and of both log-prob passes
 cd "$(dirname "$0")/.." && source examples/_verl_common.sh
 
 export VLLM_USE_FLASHINFER_SAMPLER=0 HYDRA_FULL_ERROR=1
@@ -52,7 +53,7 @@ python3 -m agent_gym_verl.main_ppo \
     +actor_rollout_ref.model.override_config.attn_implementation=sdpa \
     actor_rollout_ref.actor.optim.lr=1e-6 \
     actor_rollout_ref.actor.ppo_mini_batch_size=32 \
-    actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32 \
+    actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=$MICRO \
     actor_rollout_ref.actor.use_kl_loss=False \
     actor_rollout_ref.rollout.name=vllm \
     actor_rollout_ref.rollout.mode=async \
@@ -61,9 +62,9 @@ python3 -m agent_gym_verl.main_ppo \
     actor_rollout_ref.rollout.n=5 \
     actor_rollout_ref.rollout.prompt_length=1024 \
     actor_rollout_ref.rollout.response_length=$RESPONSE_LENGTH \
-    actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=32 \
+    actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=$MICRO \
     actor_rollout_ref.rollout.agent.agent_loop_config_path="$AGENT_LOOP_CONFIG" \
-    actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=32 \
+    actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=$MICRO \
     trainer.critic_warmup=0 \
     trainer.logger='["console","file"]' `# file: $VERL_FILE_LOGGER_PATH, one JSON line per step` \
     trainer.project_name=agent_gym_gsm8k_tool \

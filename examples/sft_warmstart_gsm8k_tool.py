@@ -94,7 +94,7 @@ def build_demonstrations(
         turns, answer = demo
         scripts.append([probe.parser.format_calls(calls) for calls in turns] + [answer])
         task_ids.append(task.id)
-    reply_limit = probe.max_action_tokens  # never cut a scripted reply: a long episode is dropped whole below
+    reply_limit = probe.max_action_tokens  # a longer reply is cut (finish "length") and dropped as too long
     probe.close()
 
     policy = ScriptedPolicy(tokenizer, lambda conversation, turn: scripts[conversation][turn - 1])
@@ -109,7 +109,9 @@ def build_demonstrations(
     kept: list[tuple[list[int], list[int]]] = []
     for trajectory in result.trajectories:
         info = trajectory.final_info
-        if info.get("tool_errors"):
+        if "length" in trajectory.metadata.get("finish_reasons", ()):
+            outcome["too_long"] += 1  # a reply longer than the env accepts in one turn
+        elif info.get("tool_errors"):
             outcome["tool_error"] += 1
         elif not info.get("correct"):
             outcome["not_correct"] += 1
@@ -156,10 +158,9 @@ def train(
     order: list[int] = []
     bar = tqdm(total=total, desc="sft", disable=not progress)
     while len(losses) < total:
-        if len(order) < batch_size:
-            fresh = list(range(len(examples)))
-            rng.shuffle(fresh)
-            order.extend(fresh)
+        if not order:  # a new epoch; its last batch may be short, so no example repeats within a batch
+            order = list(range(len(examples)))
+            rng.shuffle(order)
         batch = [examples[i] for i in order[:batch_size]]
         del order[:batch_size]
         width = max(len(ids) for ids, _ in batch)
@@ -231,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
         "env_id": ENV_ID,
         "model": args.model or "embedded SmolLM2-135M-Instruct",
         "device": device,
-        "problems": f"train-{args.offset} .. train-{args.offset + args.limit - 1}",
+        "problems": sum(outcome.values()),
+        "first_problem": f"train-{args.offset}",
         "demonstrations": dict(sorted(outcome.items())),
         "action_tokens": sum(sum(mask) for _, mask in examples),
         "steps": len(losses),

@@ -35,6 +35,30 @@ def test_same_values_and_gradients_as_verls_row_loop_in_bf16(shape):
     assert torch.equal(grad_got, grad_expected)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_a_non_contiguous_batch_like_verl_07s_matches_and_keeps_gradients(dtype):
+    """verl 0.7's actor passes ``logits[:, -R-1:-1, :]``: cut along the batch, never copied whole."""
+    torch.manual_seed(2)
+    full = torch.randn(5, 700, 300, dtype=dtype, requires_grad=True)
+    logits = full[:, -601:-1, :]  # 5 x 600 rows: chunks of one sample (1024 // 600)
+    labels = torch.randint(0, 300, (5, 600))
+    assert not logits.is_contiguous()
+    expected = torch.stack([fast_logprobs.verl_logprobs_from_logits_v2(row, lab) for row, lab in zip(logits, labels)])
+    (grad_expected,) = torch.autograd.grad(expected.double().pow(2).sum(), full)
+    got = fast_logprobs.chunked_logprobs_from_logits(logits, labels)
+    (grad_got,) = torch.autograd.grad(got.double().pow(2).sum(), full)
+    torch.testing.assert_close(got, expected, rtol=0, atol=0 if dtype != torch.float32 else 2e-6)
+    torch.testing.assert_close(grad_got, grad_expected, rtol=0, atol=0 if dtype != torch.float32 else 1e-6)
+
+
+def test_empty_input_keeps_the_autograd_graph():
+    logits = torch.randn(0, 50, dtype=torch.bfloat16, requires_grad=True)
+    out = fast_logprobs.chunked_logprobs_from_logits(logits, torch.zeros(0, dtype=torch.long))
+    assert out.shape == (0,) and out.requires_grad
+    out.sum().backward()
+    assert logits.grad.shape == (0, 50)
+
+
 def test_float32_uses_logsumexp_like_verl():
     torch.manual_seed(1)
     logits = torch.randn(2500, 64, dtype=torch.float32)
@@ -42,13 +66,17 @@ def test_float32_uses_logsumexp_like_verl():
     got = fast_logprobs.chunked_logprobs_from_logits(logits, labels)
     torch.testing.assert_close(got, fast_logprobs.verl_logprobs_from_logits_v2(logits, labels), rtol=0, atol=2e-6)
     torch.testing.assert_close(got, torch.log_softmax(logits, -1).gather(-1, labels[:, None])[:, 0], rtol=0, atol=2e-6)
-    assert fast_logprobs.chunked_logprobs_from_logits(logits[:0], labels[:0]).shape == (0,)
+    (g_got,) = torch.autograd.grad(fast_logprobs.chunked_logprobs_from_logits(logits.requires_grad_(), labels).sum(), logits)
+    (g_ref,) = torch.autograd.grad(torch.log_softmax(logits, -1).gather(-1, labels[:, None]).sum(), logits)
+    torch.testing.assert_close(g_got, g_ref, rtol=0, atol=1e-6)
 
 
 def test_importing_patches_verls_dispatcher():
     from verl.utils import torch_functional as tf
 
     assert tf.logprobs_from_logits_v2 is fast_logprobs.chunked_logprobs_from_logits
+    expected = "flash-attn cross-entropy" if tf.FLAH_ATTN_CROSS_ENTROPY_LOSS_AVAILABLE else MODULE
+    assert fast_logprobs.active_implementation() == expected
     assert fast_logprobs.verl_logprobs_from_logits_v2.__module__ == "verl.utils.torch_functional"
     if not tf.FLAH_ATTN_CROSS_ENTROPY_LOSS_AVAILABLE:  # the machines this is for: no flash-attn
         logits = torch.randn(4, 10, dtype=torch.bfloat16)

@@ -60,6 +60,29 @@ def test_gsm8k_tool_script_modes(mode, length, tmp_path):
     assert f"trainer.experiment_name=smollm2_135m_{mode}_grpo" in proc.stderr
 
 
+@pytest.mark.parametrize("micro,ok", [("32", False), ("16", True)])
+def test_gsm8k_tool_script_on_two_gpus_needs_micro_batches_that_split(micro, ok, tmp_path):
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "AGENT_GYM_VERL_DRY_RUN": "1",
+        "MICRO": micro,
+        "HOME": str(tmp_path),
+    }
+    proc = subprocess.run(
+        ["bash", str(REPO / "examples" / "run_smollm2-135m_gsm8k_tool.sh"), "trainer.n_gpus_per_node=2"],
+        env=env, capture_output=True, text=True, timeout=300,
+    )
+    from agent_gym_verl import compat
+
+    if ok or compat.LEGACY_LAYOUT:  # verl 0.7's own workers check this when they start
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert f"log_prob_micro_batch_size_per_gpu={micro}" in proc.stderr
+    else:
+        assert proc.returncode != 0
+        assert "is 80 per GPU on 2 data-parallel GPU(s), which actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32" in proc.stderr
+
+
 def test_dry_run_rejects_a_step_mode_estimator_it_cannot_run():
     from agent_gym_verl.main_ppo import dry_run
     from agent_gym_verl.step_advantage import StepModeError

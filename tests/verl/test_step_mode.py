@@ -361,10 +361,10 @@ def test_trainer_init_checks_settings_and_marks_the_config(verl_tokenizer, tmp_p
     concat_data = SimpleNamespace(dataframe=type("F", (dict,), {"column_names": ["agent_name"]})(agent_name=["agent_gym"]))
     cls(verl_config(model, "algorithm.adv_estimator=remax"), train_dataset=concat_data)  # concat: verl decides
     two_gpus = _sized_config(tmp_path, verl_tokenizer, "trainer.n_gpus_per_node=2")
-    if compat.LEGACY_LAYOUT:  # verl 0.7's actor splits uneven micro-batches itself
+    if compat.LEGACY_LAYOUT:  # verl 0.7's workers check the update's split themselves when they start
         cls(two_gpus, train_dataset=step_data)
     else:
-        with pytest.raises(ValueError, match=r"is 80 per GPU on 2 GPU\(s\), which ppo_micro_batch_size_per_gpu=32 does not divide"):
+        with pytest.raises(ValueError, match=r"is 80 per GPU on 2 data-parallel GPU\(s\), which actor_rollout_ref.actor"):
             cls(two_gpus, train_dataset=concat_data)
 
 
@@ -425,48 +425,71 @@ def _sized_config(tmp_path, verl_tokenizer, *overrides):
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=32",
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=32",
         *overrides,
+        *([] if any(o.startswith("trainer.n_gpus_per_node=") for o in overrides) else ["trainer.n_gpus_per_node=1"]),
     )
 
 
-def test_step_batches_are_padded_so_every_gpu_share_splits_into_log_prob_micro_batches(verl_tokenizer, tmp_path):
-    """On 2 H200s (2026-11-30) 160-row mini-batches split 80 per GPU, which verl 0.9's engine could not cut
-    into log-prob micro-batches of 32: the padding multiple now includes dp x each micro-batch size."""
+def test_step_batches_are_padded_to_whole_mini_batches_only(verl_tokenizer, tmp_path):
     from agent_gym_verl.trainer import step_pad_multiple
 
     cfg = _sized_config(tmp_path, verl_tokenizer)
-    assert step_pad_multiple(cfg, 1) == 160  # lcm(1, 32 x 5, 1 x 32)
-    assert step_pad_multiple(cfg, 2) == 320  # lcm(2, 160, 2 x 32): 160 per GPU = 5 micro-batches
-    cfg16 = _sized_config(tmp_path, verl_tokenizer, "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16",
-                          "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=16")
-    assert step_pad_multiple(cfg16, 2) == 160
-    dynamic = _sized_config(tmp_path, verl_tokenizer, "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=True",
-                            "actor_rollout_ref.ref.log_prob_use_dynamic_bsz=True", "actor_rollout_ref.actor.use_dynamic_bsz=True")
-    assert step_pad_multiple(dynamic, 2) == 160  # token-budget micro-batches: no row constraint
+    assert step_pad_multiple(cfg, 1) == 160  # 32 x 5: padding stays below one mini-batch
+    assert step_pad_multiple(cfg, 2) == 160
+    assert step_pad_multiple(cfg, 3) == 480  # lcm with the data-parallel size
 
 
-def test_an_actor_mini_batch_that_micro_batches_cannot_split_is_refused_at_start(verl_tokenizer, tmp_path):
+def _check_error(cfg, step_mode=True) -> str:
     from agent_gym_verl.trainer import check_micro_batches
 
-    cfg = _sized_config(tmp_path, verl_tokenizer)
-    check_micro_batches(cfg, 1)  # 160 rows per GPU, micro 32: fine
     with pytest.raises(ValueError) as err:
-        check_micro_batches(cfg, 2)
-    assert str(err.value) == (
-        "actor_rollout_ref.actor.ppo_mini_batch_size=32 x rollout.n=5 = 160 rows per mini-batch is 80 per GPU on 2 GPU(s), "
-        "which ppo_micro_batch_size_per_gpu=32 does not divide; pick sizes so that ppo_mini_batch_size * n / n_gpus "
-        "is a multiple of ppo_micro_batch_size_per_gpu"
+        check_micro_batches(cfg, step_mode=step_mode)
+    return str(err.value)
+
+
+def test_batch_sizes_no_gpu_share_can_split_are_refused_at_start(verl_tokenizer, tmp_path):
+    """On 2 H200s (2026-11-30) 160-row mini-batches were 80 rows per GPU, which micro-batches of 32 do not
+    divide: verl 0.9's engine failed only at the first log-prob pass, after start-up and a whole rollout."""
+    from agent_gym_verl.trainer import check_micro_batches
+
+    check_micro_batches(_sized_config(tmp_path, verl_tokenizer), step_mode=True)  # one GPU: 160 rows, micro 32
+    two = "trainer.n_gpus_per_node=2"
+    assert _check_error(_sized_config(tmp_path, verl_tokenizer, two)) == (
+        "actor_rollout_ref.actor.ppo_mini_batch_size=32 x rollout.n=5 = 160 rows per mini-batch is 80 per GPU on 2 "
+        "data-parallel GPU(s), which actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=32 does not divide; pick "
+        "sizes so that ppo_mini_batch_size * n / GPUs is a multiple of it"
     )
-    check_micro_batches(_sized_config(tmp_path, verl_tokenizer, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16"), 2)
+    actor16 = "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16"
+    assert "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=32 does not divide" in _check_error(
+        _sized_config(tmp_path, verl_tokenizer, two, actor16)
+    )
+    # Concat mode's batch is the whole train batch, which verl itself checks: only the update's split is ours.
+    check_micro_batches(_sized_config(tmp_path, verl_tokenizer, two, actor16), step_mode=False)
+    all16 = (actor16, "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16",
+             "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=16")
+    check_micro_batches(_sized_config(tmp_path, verl_tokenizer, two, *all16), step_mode=True)
+    # Sequence parallelism (verl 0.9's key) halves the data-parallel size: 160 rows on 1 rank again.
+    sp = "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size=2"
+    check_micro_batches(_sized_config(tmp_path, verl_tokenizer, two, sp, "actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size=2"),
+                        step_mode=True)
+    # Token-budget micro-batches have no row constraint, but the mini-batch must still split over the GPUs.
+    dynamic = ("actor_rollout_ref.actor.use_dynamic_bsz=True", "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=True",
+               "actor_rollout_ref.ref.log_prob_use_dynamic_bsz=True")
+    check_micro_batches(_sized_config(tmp_path, verl_tokenizer, two, *dynamic), step_mode=True)
+    odd = ("trainer.n_gpus_per_node=3", *dynamic)
+    assert _check_error(_sized_config(tmp_path, verl_tokenizer, *odd)) == (
+        "actor_rollout_ref.actor.ppo_mini_batch_size=32 x rollout.n=5 = 160 rows per mini-batch do not split over 3 "
+        "data-parallel GPU(s)"
+    )
 
 
-def test_the_padded_step_batch_splits_in_verls_own_micro_batcher_on_two_gpus(verl_tokenizer, tmp_path):
-    """verl 0.9's real ``prepare_micro_batches`` on each GPU's share of a batch padded to
-    ``step_pad_multiple``: it splits; the share of the old multiple (whole mini-batches only) did not."""
+def test_each_gpu_share_of_a_padded_step_batch_splits_in_verls_own_micro_batcher(verl_tokenizer, tmp_path):
+    """verl's real ``prepare_micro_batches`` on each GPU's share of a step batch padded to
+    ``step_pad_multiple``, with sizes ``check_micro_batches`` accepts; and the failure it prevents."""
     engine_utils = pytest.importorskip("verl.workers.engine.utils")
     from tensordict import TensorDict
     from verl.utils import tensordict_utils as tu
 
-    from agent_gym_verl.trainer import step_pad_multiple
+    from agent_gym_verl.trainer import check_micro_batches, step_pad_multiple
 
     def split(rows: int, micro: int) -> int:
         td = TensorDict({"input_ids": torch.zeros(rows, 4, dtype=torch.long)}, batch_size=[rows])
@@ -474,11 +497,14 @@ def test_the_padded_step_batch_splits_in_verls_own_micro_batcher_on_two_gpus(ver
         micro_batches, _ = engine_utils.prepare_micro_batches(td)
         return len(micro_batches)
 
-    cfg = _sized_config(tmp_path, verl_tokenizer)
-    real_samples = 290  # e.g. 64 prompts x 5 episodes of ~4.5 turns, minus the short ones
-    multiple = step_pad_multiple(cfg, 2)
-    padded = -(-real_samples // multiple) * multiple
-    assert padded == 320 and split(padded // 2, 32) == 5
-    if not compat.LEGACY_LAYOUT:  # verl 0.7's engine utilities do not assert it (its legacy actor splits unevenly)
+    sizes = ("trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
+             "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16", "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=16")
+    cfg = _sized_config(tmp_path, verl_tokenizer, *sizes)
+    check_micro_batches(cfg, step_mode=True)
+    for real_samples, shares in ((150, 5), (290, 10), (450, 15)):  # odd numbers of mini-batches included
+        multiple = step_pad_multiple(cfg, 2)
+        padded = -(-real_samples // multiple) * multiple
+        assert split(padded // 2, 16) == shares
+    if not compat.LEGACY_LAYOUT:  # what the refused sizes did on verl 0.9: 150 rows -> 160 -> 80 per GPU
         with pytest.raises(AssertionError, match="divisible by force_group_size"):
-            split(math.lcm(2, 160) // 2, 32)  # the old multiple: 160 rows, 80 per GPU
+            split(80, 32)

@@ -95,6 +95,16 @@ def _files_use_step_mode(files: Any) -> bool:
     return False
 
 
+def _token_logprobs_source() -> str:
+    """Where verl's token log-probs come from in this process (after ``import verl`` ran the modules of
+    ``VERL_USE_EXTERNAL_MODULES``, as it does in every worker), without patching anything itself."""
+    from verl.utils import torch_functional
+
+    if "agent_gym_verl.fast_logprobs" in sys.modules:
+        return sys.modules["agent_gym_verl.fast_logprobs"].active_implementation()
+    return torch_functional.logprobs_from_logits_v2.__module__
+
+
 def dry_run(overrides: list[str]) -> Any:
     """Compose and resolve verl's config with ``overrides`` and check what step mode needs, without
     starting Ray or loading a model (``AGENT_GYM_VERL_DRY_RUN=1``: check a run script on any machine)."""
@@ -111,17 +121,23 @@ def dry_run(overrides: list[str]) -> Any:
     with initialize_config_dir(config_dir=config_dir, version_base=None):
         cfg = compose(config_name="ppo_trainer", overrides=list(overrides))
     OmegaConf.resolve(cfg)
-    if _files_use_step_mode(cfg.data.train_files):
+    step_mode = _files_use_step_mode(cfg.data.train_files)
+    if step_mode:
         check_estimator(cfg.algorithm.adv_estimator, cfg.algorithm)
+    if not compat.LEGACY_LAYOUT and cfg.actor_rollout_ref.actor.get("strategy", "fsdp") in ("fsdp", "fsdp2"):
+        from agent_gym_verl.trainer import check_micro_batches
+
+        try:
+            check_micro_batches(cfg, step_mode=step_mode)
+        except ValueError as exc:
+            raise SystemExit(f"agent_gym_verl.main_ppo: {exc}") from None
     if not compat.LEGACY_LAYOUT and cfg.trainer.get("use_v1", False):
         raise SystemExit("agent_gym_verl.main_ppo: set trainer.use_v1=False (the legacy trainer is the one extended)")
-    from verl.utils import torch_functional
-
     print(
         f"agent_gym_verl dry run (verl {compat.VERL_VERSION}): config composed; "
         f"adv_estimator={cfg.algorithm.adv_estimator}, model={cfg.actor_rollout_ref.model.path}, "
         f"agent_loop_config_path={cfg.actor_rollout_ref.rollout.agent.agent_loop_config_path}, "
-        f"token log-probs from {torch_functional.logprobs_from_logits_v2.__module__}"
+        f"token log-probs from {_token_logprobs_source()}"
     )
     return cfg
 

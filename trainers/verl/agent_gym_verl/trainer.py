@@ -80,48 +80,63 @@ def _fixed_micro(section: Any, micro_key: str, dynamic_key: str) -> int | None:
     return int(value) if value else None
 
 
+def _sp_size(section: Any) -> int:
+    """A worker's Ulysses sequence-parallel size: verl 0.9 reads ``fsdp_config.ulysses_sequence_parallel_size``
+    (the top-level key is deprecated and copied there only when above 1)."""
+    if section is None:
+        return 1
+    fsdp = section.get("fsdp_config", None) or {}
+    return max(int(section.get("ulysses_sequence_parallel_size", 1) or 1), int(fsdp.get("ulysses_sequence_parallel_size", 1) or 1))
+
+
+def fsdp_dp_size(cfg: Any, role: str = "actor") -> int:
+    """The data-parallel size verl 0.9's FSDP engine gives ``role`` (``actor`` or ``ref``): every GPU of the
+    run divided by the role's sequence-parallel size."""
+    world = int(cfg.trainer.n_gpus_per_node) * int(cfg.trainer.nnodes)
+    return max(1, world // _sp_size(cfg.actor_rollout_ref.get(role, None)))
+
+
 def step_pad_multiple(cfg: Any, dp_size: int, *, with_critic: bool = False) -> int:
-    """The row count an expanded step batch is padded to a multiple of, so that every verl worker can
-    split it: whole global PPO mini-batches (``ppo_mini_batch_size * rollout.n`` rows; verl 0.9's engine
-    workers require them), the data-parallel size, and, where log-probs are computed in fixed
-    micro-batches, ``dp_size`` times each of those micro-batch sizes (verl 0.9's engine asserts that
-    every rank's share divides into them: on 2 GPUs, 160 rows and micro-batches of 32 failed).
-    The critic's mini-batch and micro-batch too when there is one."""
+    """The row count an expanded step batch is padded to a multiple of: whole global PPO mini-batches
+    (``ppo_mini_batch_size * rollout.n`` rows; verl 0.9's engine workers require them) and the
+    data-parallel size; the critic's mini-batch too when there is one. Padding stays below one
+    mini-batch, so no mini-batch is all filler; :func:`check_micro_batches` makes sure at start-up
+    that each GPU's share of a mini-batch splits into every micro-batch size."""
     n = int(cfg.actor_rollout_ref.rollout.n)
     multiple = math.lcm(int(dp_size), int(cfg.actor_rollout_ref.actor.ppo_mini_batch_size) * n)
-    arr = cfg.actor_rollout_ref
-    for micro in (
-        _fixed_micro(arr.rollout, "log_prob_micro_batch_size_per_gpu", "log_prob_use_dynamic_bsz"),
-        _fixed_micro(arr.get("ref", None), "log_prob_micro_batch_size_per_gpu", "log_prob_use_dynamic_bsz"),
-    ):
-        if micro:
-            multiple = math.lcm(multiple, int(dp_size) * micro)
     if with_critic and "critic" in cfg:
         multiple = math.lcm(multiple, int(cfg.critic.ppo_mini_batch_size) * n)
-        micro = _fixed_micro(cfg.critic, "forward_micro_batch_size_per_gpu", "use_dynamic_bsz")
-        if micro:
-            multiple = math.lcm(multiple, int(dp_size) * micro)
     return multiple
 
 
-def check_micro_batches(cfg: Any, dp_size: int) -> None:
-    """Refuse, at start-up, an actor whose per-GPU mini-batch does not split into its micro-batches.
+def check_micro_batches(cfg: Any, *, step_mode: bool) -> None:
+    """Refuse, at start-up, batch sizes verl 0.9's FSDP engine would refuse only at its first update or
+    log-prob pass, after minutes of start-up and a whole rollout (seen on 2 H200s).
 
-    verl 0.9's engine asserts it at the first update, after minutes of start-up and a whole rollout;
-    no padding can fix it (the mini-batch size is fixed by the config). Applies in both modes.
+    Each GPU's share of a PPO mini-batch (``ppo_mini_batch_size * rollout.n / dp``) must be whole and,
+    with fixed micro-batches, split into ``ppo_micro_batch_size_per_gpu`` (both modes: the update asserts
+    it). In step mode the batch is a whole number of mini-batches of any count, so the share must also
+    split into the log-prob micro-batches of the rollout (old log-probs) and of the reference policy.
     """
-    actor = cfg.actor_rollout_ref.actor
-    micro = _fixed_micro(actor, "ppo_micro_batch_size_per_gpu", "use_dynamic_bsz")
-    if not micro:
-        return
-    rows = int(actor.ppo_mini_batch_size) * int(cfg.actor_rollout_ref.rollout.n)
-    if rows % dp_size or (rows // dp_size) % micro:
-        raise ValueError(
-            f"actor_rollout_ref.actor.ppo_mini_batch_size={actor.ppo_mini_batch_size} x rollout.n="
-            f"{cfg.actor_rollout_ref.rollout.n} = {rows} rows per mini-batch is {rows / dp_size:g} per GPU on "
-            f"{dp_size} GPU(s), which ppo_micro_batch_size_per_gpu={micro} does not divide; pick sizes so that "
-            "ppo_mini_batch_size * n / n_gpus is a multiple of ppo_micro_batch_size_per_gpu"
-        )
+    arr = cfg.actor_rollout_ref
+    rows = int(arr.actor.ppo_mini_batch_size) * int(arr.rollout.n)
+    size = f"ppo_mini_batch_size={arr.actor.ppo_mini_batch_size} x rollout.n={arr.rollout.n} = {rows} rows"
+    dp = fsdp_dp_size(cfg, "actor")
+    if rows % dp:
+        raise ValueError(f"actor_rollout_ref.actor.{size} per mini-batch do not split over {dp} data-parallel GPU(s)")
+    checks = [("actor.ppo_micro_batch_size_per_gpu", dp, _fixed_micro(arr.actor, "ppo_micro_batch_size_per_gpu", "use_dynamic_bsz"))]
+    if step_mode:
+        checks.append(("rollout.log_prob_micro_batch_size_per_gpu", dp,
+                       _fixed_micro(arr.rollout, "log_prob_micro_batch_size_per_gpu", "log_prob_use_dynamic_bsz")))
+        checks.append(("ref.log_prob_micro_batch_size_per_gpu", fsdp_dp_size(cfg, "ref"),
+                       _fixed_micro(arr.get("ref", None), "log_prob_micro_batch_size_per_gpu", "log_prob_use_dynamic_bsz")))
+    for key, ranks, micro in checks:
+        if micro and (rows % ranks or (rows // ranks) % micro):
+            raise ValueError(
+                f"actor_rollout_ref.actor.{size} per mini-batch is {rows / ranks:g} per GPU on {ranks} data-parallel "
+                f"GPU(s), which actor_rollout_ref.{key}={micro} does not divide; pick sizes so that "
+                f"ppo_mini_batch_size * n / GPUs is a multiple of it"
+            )
 
 
 @functools.lru_cache(maxsize=None)
@@ -137,9 +152,9 @@ def agent_gym_trainer_class(base: type) -> type:
             if self._agent_gym_step_mode:
                 check_estimator(cfg.algorithm.adv_estimator, cfg.algorithm)
             if not compat.LEGACY_LAYOUT and cfg.actor_rollout_ref.actor.get("strategy", "fsdp") in ("fsdp", "fsdp2"):
-                # verl 0.9's FSDP engine: data-parallel over every GPU but the sequence-parallel groups.
-                world = int(cfg.trainer.n_gpus_per_node) * int(cfg.trainer.nnodes)
-                check_micro_batches(cfg, world // int(cfg.actor_rollout_ref.actor.get("ulysses_sequence_parallel_size", 1) or 1))
+                # verl 0.7 checks the update's split itself when its workers start, and splits log-prob
+                # passes unevenly; verl 0.9's engine asserts both only when it reaches them.
+                check_micro_batches(cfg, step_mode=self._agent_gym_step_mode)
             from omegaconf import open_dict
 
             self._agent_gym_balance = bool(cfg.trainer.get("balance_batch", True))
