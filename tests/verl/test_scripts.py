@@ -16,21 +16,25 @@ pytest.importorskip("verl")
 REPO = Path(__file__).resolve().parents[2]
 
 
+def _dry_run(script: str, *args: str, **env: str) -> subprocess.CompletedProcess:
+    """Run an example script with AGENT_GYM_VERL_DRY_RUN=1 under this interpreter's verl."""
+    full_env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "AGENT_GYM_VERL_DRY_RUN": "1",
+        **env,
+    }
+    return subprocess.run(
+        ["bash", str(REPO / "examples" / script), *args], env=full_env, capture_output=True, text=True, timeout=300
+    )
+
+
 @pytest.mark.parametrize(
     "script",
     ["run_qwen2.5-3b.sh", "run_qwen3-4b_gsm8k_tool.sh", "run_smollm2-135m_gsm8k_tool.sh", "run_smollm2-135m_countdown.sh"],
 )
 def test_run_script_composes_with_installed_verl(script, tmp_path):
-    env = {
-        **os.environ,
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-        "AGENT_GYM_VERL_DRY_RUN": "1",
-        "MODEL_PATH": str(tmp_path / "model"),
-        "DATA_DIR": str(tmp_path / "data"),
-    }
-    proc = subprocess.run(
-        ["bash", str(REPO / "examples" / script)], env=env, capture_output=True, text=True, timeout=300
-    )
+    proc = _dry_run(script, MODEL_PATH=str(tmp_path / "model"), DATA_DIR=str(tmp_path / "data"))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "dry run" in proc.stdout and "adv_estimator=grpo" in proc.stdout
     assert str(tmp_path / "model") in proc.stdout and "agent_loops.yaml" in proc.stdout
@@ -40,16 +44,7 @@ def test_run_script_composes_with_installed_verl(script, tmp_path):
 
 @pytest.mark.parametrize("mode,length", [("concat", 1024), ("step", 256), ("bogus", None)])
 def test_gsm8k_tool_script_modes(mode, length, tmp_path):
-    env = {
-        **os.environ,
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-        "AGENT_GYM_VERL_DRY_RUN": "1",
-        "MODE": mode,
-        "HOME": str(tmp_path),
-    }
-    proc = subprocess.run(
-        ["bash", str(REPO / "examples" / "run_smollm2-135m_gsm8k_tool.sh")], env=env, capture_output=True, text=True, timeout=300
-    )
+    proc = _dry_run("run_smollm2-135m_gsm8k_tool.sh", MODE=mode, HOME=str(tmp_path))
     if length is None:
         assert proc.returncode == 2 and "MODE must be step or concat, got 'bogus'" in proc.stderr
         return
@@ -62,19 +57,9 @@ def test_gsm8k_tool_script_modes(mode, length, tmp_path):
 
 @pytest.mark.parametrize("micro,ok", [("32", False), ("16", True)])
 def test_gsm8k_tool_script_on_two_gpus_needs_micro_batches_that_split(micro, ok, tmp_path):
-    env = {
-        **os.environ,
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-        "AGENT_GYM_VERL_DRY_RUN": "1",
-        "MICRO": micro,
-        "HOME": str(tmp_path),
-    }
-    proc = subprocess.run(
-        ["bash", str(REPO / "examples" / "run_smollm2-135m_gsm8k_tool.sh"), "trainer.n_gpus_per_node=2"],
-        env=env, capture_output=True, text=True, timeout=300,
-    )
     from agent_gym_verl import compat
 
+    proc = _dry_run("run_smollm2-135m_gsm8k_tool.sh", "trainer.n_gpus_per_node=2", MICRO=micro, HOME=str(tmp_path))
     if ok or compat.LEGACY_LAYOUT:  # verl 0.7's own workers check this when they start
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         assert f"log_prob_micro_batch_size_per_gpu={micro}" in proc.stderr
