@@ -22,7 +22,7 @@ from typing import Any
 
 from agent_gym_verl import compat
 
-from agent_gym_verl.trainer import STEP_TRAINER_FLAG
+from agent_gym_verl.trainer import STEP_TRAINER_FLAG, check_engine_batch_sizes
 
 __all__ = ["AgentGymTaskRunner", "install", "main", "dry_run", "STEP_TRAINER_FLAG"]
 
@@ -124,13 +124,10 @@ def dry_run(overrides: list[str]) -> Any:
     step_mode = _files_use_step_mode(cfg.data.train_files)
     if step_mode:
         check_estimator(cfg.algorithm.adv_estimator, cfg.algorithm)
-    if not compat.LEGACY_LAYOUT and cfg.actor_rollout_ref.actor.get("strategy", "fsdp") in ("fsdp", "fsdp2"):
-        from agent_gym_verl.trainer import check_micro_batches
-
-        try:
-            check_micro_batches(cfg, step_mode=step_mode)
-        except ValueError as exc:
-            raise SystemExit(f"agent_gym_verl.main_ppo: {exc}") from None
+    try:
+        check_engine_batch_sizes(cfg, step_mode=step_mode)
+    except ValueError as exc:
+        raise SystemExit(f"agent_gym_verl.main_ppo: {exc}") from None
     if not compat.LEGACY_LAYOUT and cfg.trainer.get("use_v1", False):
         raise SystemExit("agent_gym_verl.main_ppo: set trainer.use_v1=False (the legacy trainer is the one extended)")
     print(

@@ -139,6 +139,14 @@ def check_micro_batches(cfg: Any, *, step_mode: bool) -> None:
             )
 
 
+def check_engine_batch_sizes(cfg: Any, *, step_mode: bool) -> None:
+    """:func:`check_micro_batches` where it matters: verl 0.9's FSDP engine, which asserts these sizes only
+    when it reaches them (verl 0.7 checks the update's split itself when its workers start, and splits
+    log-prob passes unevenly). Called by the trainer at construction and by the dry run."""
+    if not compat.LEGACY_LAYOUT and cfg.actor_rollout_ref.actor.get("strategy", "fsdp") in ("fsdp", "fsdp2"):
+        check_micro_batches(cfg, step_mode=step_mode)
+
+
 @functools.lru_cache(maxsize=None)
 def agent_gym_trainer_class(base: type) -> type:
     """A subclass of verl's ``RayPPOTrainer`` ``base`` with the step-mode hooks (see module docstring)."""
@@ -151,10 +159,7 @@ def agent_gym_trainer_class(base: type) -> type:
             self._agent_gym_step_mode = dataset_uses_step_mode(getattr(self, "train_dataset", None), default_loop)
             if self._agent_gym_step_mode:
                 check_estimator(cfg.algorithm.adv_estimator, cfg.algorithm)
-            if not compat.LEGACY_LAYOUT and cfg.actor_rollout_ref.actor.get("strategy", "fsdp") in ("fsdp", "fsdp2"):
-                # verl 0.7 checks the update's split itself when its workers start, and splits log-prob
-                # passes unevenly; verl 0.9's engine asserts both only when it reaches them.
-                check_micro_batches(cfg, step_mode=self._agent_gym_step_mode)
+            check_engine_batch_sizes(cfg, step_mode=self._agent_gym_step_mode)
             from omegaconf import open_dict
 
             self._agent_gym_balance = bool(cfg.trainer.get("balance_batch", True))
