@@ -15,10 +15,11 @@
 # multi-turn episodes give it a tool-use warm start first (a minute on a GPU) and train that:
 #   python3 examples/sft_warmstart_gsm8k_tool.py --model /root/smollm2 --out /root/smollm2_sft --offset 1000 --limit 3000
 #   MODEL_PATH=/root/smollm2_sft bash examples/run_smollm2-135m_gsm8k_tool.sh
-# Expected GPU memory (measured on one H200, verl 0.9.1 + vLLM 0.24, step mode): actor peak ~16.5 GB
-# (micro-batches of 32 samples, no remove-padding), vLLM gpu_memory_utilization=0.4 of the GPU
-# while generating (asleep while training): a 40 GB+ GPU runs it as is; on 24 GB lower
-# ppo_micro_batch_size_per_gpu and gpu_memory_utilization.
+# Expected GPU memory (measured on one H200, verl 0.9.1 + vLLM 0.24, step mode, the warm-started model):
+# actor peak ~21.5 GB (micro-batches of 32 samples, no remove-padding, gradient checkpointing on), vLLM
+# gpu_memory_utilization=0.4 of the GPU while generating (asleep while training): a 40 GB+ GPU runs it as
+# is; on 24 GB lower MICRO and gpu_memory_utilization. With 80 GB+, GRAD_CKPT=False cuts the actor update
+# by ~20% per sample (actor peak ~43 GB; docs/results/gpu-runs.md, third session).
 # Two GPUs: MICRO=16 bash examples/run_smollm2-135m_gsm8k_tool.sh trainer.n_gpus_per_node=2 (each GPU's share of
 # a mini-batch, 32 x 5 / 2 = 80 rows, must split into micro-batches; the trainer refuses sizes that do not).
 set -xeuo pipefail
@@ -32,6 +33,7 @@ case "$MODE" in
 esac
 STEPS=${STEPS:-12}
 MICRO=${MICRO:-32}   # micro-batch size per GPU of the update and of both log-prob passes
+GRAD_CKPT=${GRAD_CKPT:-True}   # False: ~20% faster actor update in step mode, actor peak ~43 GB instead of ~21.5 GB
 cd "$(dirname "$0")/.." && source examples/_verl_common.sh
 
 export VLLM_USE_FLASHINFER_SAMPLER=0 HYDRA_FULL_ERROR=1
@@ -51,6 +53,7 @@ python3 -m agent_gym_verl.main_ppo \
     actor_rollout_ref.model.path="$MODEL_PATH" \
     actor_rollout_ref.model.use_remove_padding=False `# no flash-attn needed` \
     +actor_rollout_ref.model.override_config.attn_implementation=sdpa \
+    actor_rollout_ref.model.enable_gradient_checkpointing=$GRAD_CKPT \
     actor_rollout_ref.actor.optim.lr=1e-6 \
     actor_rollout_ref.actor.ppo_mini_batch_size=32 \
     actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=$MICRO \

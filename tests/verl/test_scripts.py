@@ -53,6 +53,13 @@ def test_gsm8k_tool_script_modes(mode, length, tmp_path):
     assert f"data.train_files={tmp_path}/data/{data}/train.parquet" in proc.stderr  # set -x echoes the command
     assert f"data.max_response_length={length}" in proc.stderr
     assert f"trainer.experiment_name=smollm2_135m_{mode}_grpo" in proc.stderr
+    assert "actor_rollout_ref.model.enable_gradient_checkpointing=True" in proc.stderr  # the memory-safe default
+
+
+def test_gsm8k_tool_script_turns_gradient_checkpointing_off_on_request(tmp_path):
+    proc = _dry_run("run_smollm2-135m_gsm8k_tool.sh", GRAD_CKPT="False", HOME=str(tmp_path))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "actor_rollout_ref.model.enable_gradient_checkpointing=False" in proc.stderr
 
 
 @pytest.mark.parametrize("micro,ok", [("32", False), ("16", True)])
