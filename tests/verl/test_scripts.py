@@ -56,6 +56,17 @@ def test_gsm8k_tool_script_modes(mode, length, tmp_path):
     assert "actor_rollout_ref.model.enable_gradient_checkpointing=True" in proc.stderr  # the memory-safe default
 
 
+def test_dry_run_names_verl_fused_kernels_when_they_replace_the_log_prob_function(tmp_path):
+    proc = _dry_run(
+        "run_smollm2-135m_countdown.sh",
+        "actor_rollout_ref.model.use_fused_kernels=True",
+        "actor_rollout_ref.model.fused_kernel_options.impl_backend=triton",
+        HOME=str(tmp_path),
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "token log-probs from verl's fused kernels (use_fused_kernels, triton backend)" in proc.stdout
+
+
 def test_gsm8k_tool_script_turns_gradient_checkpointing_off_on_request(tmp_path):
     proc = _dry_run("run_smollm2-135m_gsm8k_tool.sh", GRAD_CKPT="False", HOME=str(tmp_path))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -95,11 +95,16 @@ def _files_use_step_mode(files: Any) -> bool:
     return False
 
 
-def _token_logprobs_source() -> str:
+def _token_logprobs_source(cfg: Any) -> str:
     """Where verl's token log-probs come from in this process (after ``import verl`` ran the modules of
-    ``VERL_USE_EXTERNAL_MODULES``, as it does in every worker), without patching anything itself."""
+    ``VERL_USE_EXTERNAL_MODULES``, as it does in every worker), without patching anything itself.
+    ``model.use_fused_kernels`` takes precedence: verl's fused forward never calls the row function."""
     from verl.utils import torch_functional
 
+    model = cfg.actor_rollout_ref.model
+    if model.get("use_fused_kernels", False):
+        backend = (model.get("fused_kernel_options") or {}).get("impl_backend", "torch")
+        return f"verl's fused kernels (use_fused_kernels, {backend} backend)"
     if "agent_gym_verl.fast_logprobs" in sys.modules:
         return sys.modules["agent_gym_verl.fast_logprobs"].active_implementation()
     return torch_functional.logprobs_from_logits_v2.__module__
@@ -134,7 +139,7 @@ def dry_run(overrides: list[str]) -> Any:
         f"agent_gym_verl dry run (verl {compat.VERL_VERSION}): config composed; "
         f"adv_estimator={cfg.algorithm.adv_estimator}, model={cfg.actor_rollout_ref.model.path}, "
         f"agent_loop_config_path={cfg.actor_rollout_ref.rollout.agent.agent_loop_config_path}, "
-        f"token log-probs from {_token_logprobs_source()}"
+        f"token log-probs from {_token_logprobs_source(cfg)}"
     )
     return cfg
 
