@@ -19,7 +19,7 @@
 # actor peak ~21.5 GB (micro-batches of 32 samples, no remove-padding, gradient checkpointing on), vLLM
 # gpu_memory_utilization=0.4 of the GPU while generating (asleep while training): a 40 GB+ GPU runs it as
 # is; on 24 GB lower MICRO and gpu_memory_utilization. With 80 GB+, GRAD_CKPT=False cuts the actor update
-# by ~20% per sample (actor peak ~43 GB; docs/results/gpu-runs.md, third session).
+# by ~28% per token (actor peak ~43 GB; docs/results/gpu-runs.md, third session).
 # Two GPUs: MICRO=16 bash examples/run_smollm2-135m_gsm8k_tool.sh trainer.n_gpus_per_node=2 (each GPU's share of
 # a mini-batch, 32 x 5 / 2 = 80 rows, must split into micro-batches; the trainer refuses sizes that do not).
 set -xeuo pipefail
@@ -33,7 +33,7 @@ case "$MODE" in
 esac
 STEPS=${STEPS:-12}
 MICRO=${MICRO:-32}   # micro-batch size per GPU of the update and of both log-prob passes
-GRAD_CKPT=${GRAD_CKPT:-True}   # False: ~20% faster actor update in step mode, actor peak ~43 GB instead of ~21.5 GB
+GRAD_CKPT=${GRAD_CKPT:-True}   # False: ~28% less actor-update time per token, actor peak ~43 GB instead of ~21.5 GB
 cd "$(dirname "$0")/.." && source examples/_verl_common.sh
 
 export VLLM_USE_FLASHINFER_SAMPLER=0 HYDRA_FULL_ERROR=1
