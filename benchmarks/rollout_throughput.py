@@ -16,7 +16,10 @@ Three measurements on one ``AsyncLLM`` engine (:class:`agent_gym.rollout.vllm.VL
 The P3 ratio is ``env tokens/s / raw tokens/s`` (target >= 0.8). Where the rest goes is reported
 from the env run: summed env-step and reset time, and a timeline of requests in flight (the time
 with no request in flight, when the GPU waits for envs; and the mean number in flight, which falls
-in the tail as episodes finish at different turns).
+in the tail as episodes finish at different turns), and the time Python's garbage collector ran
+(a full collection walks every object of the process, vLLM's and torch's included, and stalls the
+env loop and vLLM's output handling alike; ``--gc-freeze`` takes what exists after start-up out of
+its way).
 
     python benchmarks/rollout_throughput.py --model /root/smollm2 --episodes 512 --out tp.json
 
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import statistics
 import time
@@ -94,6 +98,8 @@ def main() -> None:
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.5, help="vLLM's GPU share (default: %(default)s)")
     parser.add_argument("--repeats", type=int, default=2, help="runs of each variant, alternating (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="episode i is reset with seed SEED+i (default: %(default)s)")
+    parser.add_argument("--gc-freeze", action="store_true",
+                        help="gc.freeze() once the engine and envs are built, so that full collections skip them")
     parser.add_argument("--out", help="write all numbers as JSON here")
     args = parser.parse_args()
 
@@ -108,6 +114,9 @@ def main() -> None:
     envs = [gym.make(args.env, tokenizer=policy.tokenizer, **env_kwargs) for _ in range(min(args.concurrency, args.episodes))]
     env_build_s = time.perf_counter() - t0
     policy.generate([[1, 2, 3]] * 8, max_new_tokens=8)  # warm-up: first-request paths, CUDA graphs
+    if args.gc_freeze:
+        gc.collect()
+        gc.freeze()
 
     runs: dict[str, list[dict[str, Any]]] = {"env": [], "raw": [], "raw_turns": []}
     for repeat in range(args.repeats):
@@ -131,6 +140,7 @@ def main() -> None:
             "env_step_s_summed": stats["env_step_s"], "step_latency_p50_ms": 1e3 * stats["step_latency_p50_s"],
             "step_latency_p95_ms": 1e3 * stats["step_latency_p95_s"], "reset_s_summed": stats["reset_s"],
             "no_request_in_flight_s": timeline["idle_s"], "mean_requests_in_flight": timeline["mean_in_flight"],
+            "gc_s": stats["gc_s"], "gc_longest_ms": 1e3 * stats["gc_longest_s"], "gc_full_collections": stats["gc_full_collections"],
         })
         first = [([int(x) for x in t.steps[0].prompt_ids], sum(len(s.response_ids) for s in t.steps)) for t in trajectories]
         every = [([int(x) for x in s.prompt_ids], len(s.response_ids)) for t in trajectories for s in t.steps]
@@ -156,7 +166,9 @@ def main() -> None:
     print(f"  where the env run's time goes: env steps {e['env_step_s_summed']:.2f} s summed over episodes "
           f"(p50 {e['step_latency_p50_ms']:.2f} ms, p95 {e['step_latency_p95_ms']:.2f} ms per step), resets "
           f"{e['reset_s_summed']:.2f} s summed; no request in flight for {e['no_request_in_flight_s']:.2f} s of "
-          f"{e['wall_s']:.2f} s; mean requests in flight {e['mean_requests_in_flight']:.0f} of {args.concurrency}")
+          f"{e['wall_s']:.2f} s; mean requests in flight {e['mean_requests_in_flight']:.0f} of {args.concurrency}; "
+          f"garbage collector {e['gc_s']:.2f} s ({e['gc_full_collections']:.0f} full collections, longest "
+          f"{e['gc_longest_ms']:.0f} ms{', after gc.freeze()' if args.gc_freeze else ''})")
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"args": vars(args), "engine_start_s": engine_start_s, "env_build_s": env_build_s,

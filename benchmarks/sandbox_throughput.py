@@ -247,23 +247,13 @@ class Player:
                 max_new_tokens=512, generate_in_thread=False, max_batch_size=concurrency,
             )
 
-        gc_time = [0.0, 0.0]  # (total, start of the collection in progress)
-
-        def on_gc(phase: str, info: dict) -> None:
-            if phase == "start":
-                gc_time[1] = time.perf_counter()
-            else:
-                gc_time[0] += time.perf_counter() - gc_time[1]
-
         if barrier is not None:
             barrier.wait()
-        gc.callbacks.append(on_gc)
         cpu0, t_start = _self_cpu(), time.monotonic()
         try:
             asyncio.run(main())
         finally:
             t_end, cpu1 = time.monotonic(), _self_cpu()
-            gc.callbacks.remove(on_gc)
         result = box["result"]
         sandbox_results = [r for e in self.python_envs for r in e.unwrapped.python.results] if sandbox else []
         server_cpu = worker_cpu = 0.0
@@ -277,7 +267,7 @@ class Player:
             "t_start": t_start, "t_end": t_end, "wall": s["wall_s"], "ok": ok,
             "main_cpu": cpu1 - cpu0, "resets": s["reset_s"], "env steps": self.timers["env steps"].total,
             "policy": policy_timer.total, "sandbox submit": self.timers["sandbox submit"].total if sandbox else 0.0,
-            "server_cpu": server_cpu, "worker_cpu": worker_cpu, "gc": gc_time[0],
+            "server_cpu": server_cpu, "worker_cpu": worker_cpu, "gc": result.stats["gc_s"],
             "latency": [r.latency_s for r in sandbox_results], "overhead": [r.overhead_s for r in sandbox_results],
             "generate_calls": s["generate_calls"], "mean_batch": s["mean_batch_size"], "step_p50": s["step_latency_p50_s"],
             "max_in_flight": s["max_in_flight"],

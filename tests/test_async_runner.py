@@ -143,3 +143,34 @@ def test_policy_errors_propagate(tokenizer):
         run_episodes_async(make, Broken(), episodes=4, concurrency=2)
     with pytest.raises(ValueError, match="pass episodes"):
         run_episodes_async(make, Broken())
+
+
+class CollectingPolicy(ContentPolicy):
+    """Runs one full garbage collection per generate call, as a stand-in for a collection that the
+    allocations of a real run would trigger at some point."""
+
+    def generate(self, prompts, *, max_new_tokens):
+        import gc
+
+        gc.collect()
+        return super().generate(prompts, max_new_tokens=max_new_tokens)
+
+
+def test_stats_report_the_garbage_collections_of_the_run(tokenizer):
+    import gc
+
+    make = lambda: gym.make("AgentR1/GSM8KTool-v0", tokenizer=tokenizer, split="test", max_turns=4)  # noqa: E731
+    policy = CollectingPolicy(tokenizer, script)
+    callbacks = list(gc.callbacks)
+    was_enabled = gc.isenabled()
+    gc.disable()  # only the policy's collections: the counts are then exact
+    try:
+        result = run_episodes_async(make, policy, episodes=12, concurrency=4, max_new_tokens=512, generate_in_thread=False)
+    finally:
+        if was_enabled:
+            gc.enable()
+    stats = result.stats
+    assert stats["gc_full_collections"] == stats["generate_calls"] == len(policy.calls) > 0
+    assert stats["gc_collections"] == [0, 0, stats["generate_calls"]]
+    assert 0 < stats["gc_longest_s"] <= stats["gc_s"] < stats["wall_s"]
+    assert gc.callbacks == callbacks  # the timer removed its callback

@@ -34,6 +34,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from agent_gym.rollout.driver import RolloutResult, _progress_bar, plan_episodes
+from agent_gym.rollout.gc_timer import GCTimer
 from agent_gym.rollout.policy import Generation
 from agent_gym.trajectory import StepRecord, Trajectory, TrajectoryWriter
 
@@ -48,7 +49,9 @@ class AsyncRolloutResult(RolloutResult):
     ``max_in_flight`` (episodes alive at once); ``generate_calls``, ``mean_batch_size``,
     ``max_batch_size``, ``generate_s`` (time inside the policy); ``env_step_s`` (summed ``astep`` time:
     more than the wall time when steps overlap), ``step_latency_p50_s`` / ``_p95_s`` / ``_max_s``;
-    ``reset_s`` (summed reset time).
+    ``reset_s`` (summed reset time); ``gc_s``, ``gc_longest_s``, ``gc_collections`` (per generation),
+    ``gc_full_collections``: Python's garbage collector during the run, process-wide
+    (:class:`agent_gym.rollout.gc_timer.GCTimer`).
     """
 
     stats: dict[str, Any] = field(default_factory=dict)
@@ -283,23 +286,24 @@ async def arun_episodes(
                 async with write_lock:
                     await asyncio.to_thread(writer.write, trajectory)
 
-    started = time.perf_counter()
-    batch_task = asyncio.ensure_future(batcher.run())
-    workers = [asyncio.ensure_future(worker(s)) for s in range(len(slots))]
-    try:
-        if workers:
-            done, pending = await asyncio.wait(workers, return_when=asyncio.FIRST_EXCEPTION)
-            failed = [t for t in done if not t.cancelled() and t.exception() is not None]
-            if failed:
-                for t in pending:
-                    t.cancel()
-                await asyncio.gather(*pending, return_exceptions=True)
-                raise failed[0].exception()  # type: ignore[misc]
-    finally:
-        batch_task.cancel()
-        await asyncio.gather(batch_task, return_exceptions=True)
-        bar.close()
-    wall = time.perf_counter() - started
+    with GCTimer() as gc_timer:  # collections stall every episode at once: worth seeing in the stats
+        started = time.perf_counter()
+        batch_task = asyncio.ensure_future(batcher.run())
+        workers = [asyncio.ensure_future(worker(s)) for s in range(len(slots))]
+        try:
+            if workers:
+                done, pending = await asyncio.wait(workers, return_when=asyncio.FIRST_EXCEPTION)
+                failed = [t for t in done if not t.cancelled() and t.exception() is not None]
+                if failed:
+                    for t in pending:
+                        t.cancel()
+                    await asyncio.gather(*pending, return_exceptions=True)
+                    raise failed[0].exception()  # type: ignore[misc]
+        finally:
+            batch_task.cancel()
+            await asyncio.gather(batch_task, return_exceptions=True)
+            bar.close()
+        wall = time.perf_counter() - started
     result = AsyncRolloutResult(
         trajectories=sorted(finished, key=lambda t: t.metadata["episode"]),
         generated_tokens=counters["tokens"],
@@ -323,6 +327,7 @@ async def arun_episodes(
         "step_latency_p95_s": lat[min(len(lat) - 1, int(len(lat) * 0.95))] if lat else 0.0,
         "step_latency_max_s": lat[-1] if lat else 0.0,
         "reset_s": counters["reset_s"],
+        **gc_timer.as_stats(),
     }
     return result
 

@@ -1,0 +1,72 @@
+"""How long Python's cyclic garbage collector ran while a block of code ran.
+
+A rollout process that has imported torch, transformers (and vLLM) holds hundreds of thousands of
+long-lived objects; a full (generation-2) collection walks all of them and stops every thread of the
+process while it does, env steps and the inference engine's output handling included. On a 2-core VM
+one such pass took about 0.35 s with transformers and torch imported (docs/sandbox-and-tool-envs.md).
+:class:`GCTimer` measures that cost for a run, so that a stall can be told apart from slow env code;
+``gc.freeze()`` after start-up (moving what exists into a generation the collector never scans) is the
+usual remedy, and the benchmarks offer it as ``--gc-freeze``.
+
+The collector is process-wide: a timer counts every collection of the process while it is active,
+whichever thread triggered it.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from types import TracebackType
+from typing import Any
+
+__all__ = ["GCTimer"]
+
+
+class GCTimer:
+    """Context manager: wall time spent in garbage collections while active, by generation.
+
+    Example::
+
+        with GCTimer() as timer:
+            run()
+        print(timer.seconds, timer.collections[2], timer.longest_s)
+    """
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        """Total wall time inside collections."""
+        self.longest_s = 0.0
+        """The longest single collection."""
+        self.collections = [0, 0, 0]
+        """Collections finished, per generation (index 2: full collections)."""
+        self._started: float | None = None
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        if self._started is None:  # registered while a collection was already running
+            return
+        spent = time.perf_counter() - self._started
+        self._started = None
+        self.seconds += spent
+        self.longest_s = max(self.longest_s, spent)
+        generation = int(info.get("generation", 2))
+        self.collections[min(max(generation, 0), 2)] += 1
+
+    def __enter__(self) -> "GCTimer":
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        gc.callbacks.remove(self._callback)
+
+    def as_stats(self, prefix: str = "gc_") -> dict[str, Any]:
+        """``{prefix}s``, ``{prefix}longest_s``, ``{prefix}collections`` (per generation) and
+        ``{prefix}full_collections``, for a stats dict."""
+        return {
+            f"{prefix}s": self.seconds,
+            f"{prefix}longest_s": self.longest_s,
+            f"{prefix}collections": list(self.collections),
+            f"{prefix}full_collections": self.collections[2],
+        }
