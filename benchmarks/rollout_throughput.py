@@ -167,8 +167,9 @@ def main() -> None:
           f"(p50 {e['step_latency_p50_ms']:.2f} ms, p95 {e['step_latency_p95_ms']:.2f} ms per step), resets "
           f"{e['reset_s_summed']:.2f} s summed; no request in flight for {e['no_request_in_flight_s']:.2f} s of "
           f"{e['wall_s']:.2f} s; mean requests in flight {e['mean_requests_in_flight']:.0f} of {args.concurrency}; "
-          f"garbage collector {e['gc_s']:.2f} s ({e['gc_full_collections']:.0f} full collections, longest "
-          f"{e['gc_longest_ms']:.0f} ms{', after gc.freeze()' if args.gc_freeze else ''})")
+          f"garbage collector {e['gc_s']:.2f} s (full collections per run: "
+          f"{', '.join(str(r['gc_full_collections']) for r in runs['env'])}; longest "
+          f"{max(r['gc_longest_ms'] for r in runs['env']):.0f} ms{', after gc.freeze()' if args.gc_freeze else ''})")
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"args": vars(args), "engine_start_s": engine_start_s, "env_build_s": env_build_s,

@@ -138,9 +138,13 @@ def test_policy_errors_propagate(tokenizer):
         def generate(self, prompts, *, max_new_tokens):
             raise RuntimeError("model crashed")
 
+    import gc
+
     make = lambda: gym.make("AgentR1/GSM8KTool-v0", tokenizer=tokenizer, split="test")  # noqa: E731
+    callbacks = list(gc.callbacks)
     with pytest.raises(RuntimeError, match="model crashed"):
         run_episodes_async(make, Broken(), episodes=4, concurrency=2)
+    assert gc.callbacks == callbacks  # the run's GC timer is gone with it
     with pytest.raises(ValueError, match="pass episodes"):
         run_episodes_async(make, Broken())
 

@@ -3,13 +3,14 @@
 A rollout process that has imported torch, transformers (and vLLM) holds hundreds of thousands of
 long-lived objects; a full (generation-2) collection walks all of them and stops every thread of the
 process while it does, env steps and the inference engine's output handling included. On a 2-core VM
-one such pass took about 0.35 s with transformers and torch imported (docs/sandbox-and-tool-envs.md).
+one such pass took 0.18-0.35 s with transformers and torch imported (docs/sandbox-and-tool-envs.md).
 :class:`GCTimer` measures that cost for a run, so that a stall can be told apart from slow env code;
 ``gc.freeze()`` after start-up (moving what exists into a generation the collector never scans) is the
 usual remedy, and the benchmarks offer it as ``--gc-freeze``.
 
 The collector is process-wide: a timer counts every collection of the process while it is active,
-whichever thread triggered it.
+whichever thread triggered it (finalizers run by a collection included), and none of another process
+(vLLM's EngineCore runs in its own). Counts accumulate if a timer is used again.
 """
 
 from __future__ import annotations
@@ -55,11 +56,17 @@ class GCTimer:
         self.collections[min(max(generation, 0), 2)] += 1
 
     def __enter__(self) -> "GCTimer":
+        if self._callback in gc.callbacks:
+            raise RuntimeError("this GCTimer is already active")
+        self._started = None
         gc.callbacks.append(self._callback)
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        gc.callbacks.remove(self._callback)
+        try:
+            gc.callbacks.remove(self._callback)
+        except ValueError:  # someone cleared gc.callbacks: nothing left to remove, and no error to hide
+            pass
 
     def as_stats(self, prefix: str = "gc_") -> dict[str, Any]:
         """``{prefix}s``, ``{prefix}longest_s``, ``{prefix}collections`` (per generation) and
