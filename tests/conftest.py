@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 from pathlib import Path
 
@@ -19,3 +20,14 @@ def tokenizer():
     from agent_gym.models import load_tokenizer
 
     return load_tokenizer()
+
+
+@pytest.fixture
+def no_automatic_gc():
+    """Automatic garbage collections off for the test (restored after): only the collections a test
+    triggers itself happen, so counts of them are exact."""
+    enabled = gc.isenabled()
+    gc.disable()
+    yield
+    if enabled:
+        gc.enable()

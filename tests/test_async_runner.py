@@ -4,6 +4,7 @@ that playing them one by one gives; generation is batched; waiting tools overlap
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import time
 
@@ -138,8 +139,6 @@ def test_policy_errors_propagate(tokenizer):
         def generate(self, prompts, *, max_new_tokens):
             raise RuntimeError("model crashed")
 
-    import gc
-
     make = lambda: gym.make("AgentR1/GSM8KTool-v0", tokenizer=tokenizer, split="test")  # noqa: E731
     callbacks = list(gc.callbacks)
     with pytest.raises(RuntimeError, match="model crashed"):
@@ -154,25 +153,15 @@ class CollectingPolicy(ContentPolicy):
     allocations of a real run would trigger at some point."""
 
     def generate(self, prompts, *, max_new_tokens):
-        import gc
-
         gc.collect()
         return super().generate(prompts, max_new_tokens=max_new_tokens)
 
 
-def test_stats_report_the_garbage_collections_of_the_run(tokenizer):
-    import gc
-
+def test_stats_report_the_garbage_collections_of_the_run(tokenizer, no_automatic_gc):
     make = lambda: gym.make("AgentR1/GSM8KTool-v0", tokenizer=tokenizer, split="test", max_turns=4)  # noqa: E731
     policy = CollectingPolicy(tokenizer, script)
     callbacks = list(gc.callbacks)
-    was_enabled = gc.isenabled()
-    gc.disable()  # only the policy's collections: the counts are then exact
-    try:
-        result = run_episodes_async(make, policy, episodes=12, concurrency=4, max_new_tokens=512, generate_in_thread=False)
-    finally:
-        if was_enabled:
-            gc.enable()
+    result = run_episodes_async(make, policy, episodes=12, concurrency=4, max_new_tokens=512, generate_in_thread=False)
     stats = result.stats
     assert stats["gc_full_collections"] == stats["generate_calls"] == len(policy.calls) > 0
     assert stats["gc_collections"] == [0, 0, stats["generate_calls"]]

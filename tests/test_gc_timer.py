@@ -9,15 +9,6 @@ import pytest
 from agent_gym.rollout.gc_timer import GCTimer
 
 
-@pytest.fixture
-def no_automatic_gc():
-    enabled = gc.isenabled()
-    gc.disable()  # only the collections a test asks for
-    yield
-    if enabled:
-        gc.enable()
-
-
 def test_counts_each_collection_by_generation(no_automatic_gc):
     before = list(gc.callbacks)
     with GCTimer() as timer:

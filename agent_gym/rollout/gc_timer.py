@@ -68,12 +68,12 @@ class GCTimer:
         except ValueError:  # someone cleared gc.callbacks: nothing left to remove, and no error to hide
             pass
 
-    def as_stats(self, prefix: str = "gc_") -> dict[str, Any]:
-        """``{prefix}s``, ``{prefix}longest_s``, ``{prefix}collections`` (per generation) and
-        ``{prefix}full_collections``, for a stats dict."""
+    def as_stats(self) -> dict[str, Any]:
+        """``gc_s``, ``gc_longest_s``, ``gc_collections`` (per generation) and ``gc_full_collections``,
+        for a stats dict."""
         return {
-            f"{prefix}s": self.seconds,
-            f"{prefix}longest_s": self.longest_s,
-            f"{prefix}collections": list(self.collections),
-            f"{prefix}full_collections": self.collections[2],
+            "gc_s": self.seconds,
+            "gc_longest_s": self.longest_s,
+            "gc_collections": list(self.collections),
+            "gc_full_collections": self.collections[2],
         }
