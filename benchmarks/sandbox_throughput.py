@@ -181,7 +181,7 @@ class Player:
         self.tokenizer = load_tokenizer(args.tokenizer)
         turns = args.turns
         t0 = time.perf_counter()
-        sandbox = {"prefork": args.prefork}
+        sandbox = {"prefork": args.prefork, "prefork_refill": args.prefork_refill}
         self.python_envs = [
             gym.make("AgentR1/GSM8KPython-v0", tokenizer=self.tokenizer, split="test", max_turns=turns + 1, stateful=not args.stateless, sandbox=sandbox)
             for _ in range(episodes)
@@ -212,13 +212,14 @@ class Player:
 
     def _settle_sandbox(self) -> None:
         """Close this run's sessions and wait until the server has reaped their workers (so that
-        their CPU time is counted for this run)."""
+        their CPU time is counted for this run) and refilled its pool of pre-forked workers (so that
+        the next run starts with a full pool, as a rollout batch after a trainer update would)."""
         for env in self.python_envs:
             env.unwrapped.python.close()
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             s = self.sandbox.stats()
-            if s["sessions"] == 0 and s["busy"] == 0 and s["workers"] <= s["idle"]:
+            if s["sessions"] == 0 and s["busy"] == 0 and s["workers"] <= s["idle"] and s["idle"] >= self.args.prefork:
                 return
             time.sleep(0.01)
 
@@ -238,6 +239,7 @@ class Player:
         if sandbox:
             self._settle_sandbox()
             server0 = _proc_cpu(self.sandbox.server_pid)
+            spawned0 = self.sandbox.stats()["spawned"]
         concurrency = args.concurrency or n
         box: dict[str, Any] = {}
 
@@ -255,6 +257,7 @@ class Player:
         finally:
             t_end, cpu1 = time.monotonic(), _self_cpu()
         result = box["result"]
+        forks = self.sandbox.stats()["spawned"] - spawned0 if sandbox else 0  # workers forked inside the timed window
         sandbox_results = [r for e in self.python_envs for r in e.unwrapped.python.results] if sandbox else []
         server_cpu = worker_cpu = 0.0
         if sandbox:
@@ -270,7 +273,7 @@ class Player:
             "server_cpu": server_cpu, "worker_cpu": worker_cpu, "gc": result.stats["gc_s"],
             "latency": [r.latency_s for r in sandbox_results], "overhead": [r.overhead_s for r in sandbox_results],
             "generate_calls": s["generate_calls"], "mean_batch": s["mean_batch_size"], "step_p50": s["step_latency_p50_s"],
-            "max_in_flight": s["max_in_flight"],
+            "max_in_flight": s["max_in_flight"], "forks": forks,
         }
 
     def close(self) -> None:
@@ -293,7 +296,7 @@ def _child(conn: Any, args: argparse.Namespace, episodes: int, first_seed: int, 
 def _merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
     """One run's numbers over all worker processes: wall from the first start to the last end."""
     merged: dict[str, Any] = {"wall": max(p["t_end"] for p in parts) - min(p["t_start"] for p in parts), "ok": all(p["ok"] for p in parts)}
-    for key in ("main_cpu", "resets", "env steps", "policy", "sandbox submit", "gc", "server_cpu", "worker_cpu", "generate_calls", "max_in_flight"):
+    for key in ("main_cpu", "resets", "env steps", "policy", "sandbox submit", "gc", "server_cpu", "worker_cpu", "generate_calls", "max_in_flight", "forks"):
         merged[key] = sum(p[key] for p in parts)
     merged["latency"] = [x for p in parts for x in p["latency"]]
     merged["overhead"] = [x for p in parts for x in p["overhead"]]
@@ -311,6 +314,9 @@ def main() -> None:
     parser.add_argument("--sleep-ms", type=float, default=50.0, help="how long each tool call's code sleeps (default 50)")
     parser.add_argument("--stateless", action="store_true", help="a fresh process per call instead of one session per episode")
     parser.add_argument("--prefork", type=int, default=16, help="idle sandbox workers each server keeps forked ahead (default 16)")
+    parser.add_argument("--prefork-refill", choices=("quiet", "eager"), default="quiet",
+                        help="when a server replaces pre-forked workers that calls took: only while no call runs "
+                        "(quiet, the sandbox's default) or also inside the burst (eager)")
     parser.add_argument("--serial-calls", type=int, default=200, help="calls for the per-call cost (default 200; 0 skips)")
     parser.add_argument("--no-baselines", action="store_true", help="skip the no-sleep and calculator runs")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each variant, alternating; medians are shown (default 3)")
@@ -410,6 +416,10 @@ def main() -> None:
     print(
         f"runner: {r['generate_calls']} generate calls (mean batch {r['mean_batch']:.0f}), env step p50 "
         f"{r['step_p50'] * 1e3:.0f} ms, max in flight {r['max_in_flight']}"
+    )
+    print(
+        f"sandbox workers forked inside the timed run ({VARIANTS[0]}): {r['forks']} for {n} episodes "
+        f"(prefork {args.prefork} per server, refill {args.prefork_refill})"
     )
     if workers == 1:
         player.close()

@@ -59,6 +59,7 @@ _SERVER_FILE = os.path.abspath(__file__)
 _UID_BASE = 1 << 30  # far above any real account; see _claim_uid_block
 _UID_SPAN = 1 << 22
 _LOCK_DIR = "/tmp/agent-gym-sandbox-uids"
+_QUIET_S = 0.05  # "quiet" pool refills wait this long after the last running call ended
 _KIND_ORDER = ("ok", "output_truncated", "error", "forbidden", "memory", "timeout")
 
 # Fixed descriptor numbers inside a worker.
@@ -701,6 +702,7 @@ class Server:
         self.timers: list[tuple[float, int, int]] = []  # (deadline, pid, job id)
         self.free_uids: list[int] = []
         self.busy_count = 0
+        self.last_call_end = 0.0  # when busy_count last fell to 0 (the "quiet" refill waits after it)
         self.counter = 0
         self.read_roots: list[str] = []
         self.errors: list[str] = []
@@ -1111,6 +1113,8 @@ class Server:
             return
         slot.job = None
         self.busy_count -= 1
+        if self.busy_count == 0:
+            self.last_call_end = time.monotonic()
         out = bytes(job.out)
         truncated = bool(result.get("truncated")) or job.out_dropped > 0
         kind = result.get("kind", "error")
@@ -1245,6 +1249,16 @@ class Server:
         while True:
             timeout = self._timeouts()
             refill = len(self.idle) < self.cfg["prefork"] and not self.pending and bool(self.free_uids)
+            if refill and self.cfg["prefork_refill"] == "quiet":
+                # A fork costs the server ~1 ms and the new worker its start-up: inside a burst of calls
+                # (a rollout batch) that CPU is taken from the burst, for a worker only a later call
+                # needs. So wait until no call has run for _QUIET_S (the burst's own steps between and
+                # after its calls are done by then), and look again when that time is up.
+                wait = _QUIET_S - (time.monotonic() - self.last_call_end)
+                if self.busy_count or wait > 0:
+                    refill = False
+                    if not self.busy_count:
+                        timeout = min(timeout, wait)  # (a running call's end wakes the loop anyway)
             if refill:
                 timeout = 0.0
             events = self.sel.select(timeout)

@@ -10,6 +10,8 @@ __all__ = ["RESULT_KINDS", "ResultKind", "SandboxConfig", "SandboxResult"]
 #: Every value :attr:`SandboxResult.kind` can take.
 RESULT_KINDS: tuple[str, ...] = ("ok", "timeout", "memory", "output_truncated", "forbidden", "error")
 ResultKind = Literal["ok", "timeout", "memory", "output_truncated", "forbidden", "error"]
+#: Values of :attr:`SandboxConfig.prefork_refill`.
+_REFILL_MODES: tuple[str, ...] = ("quiet", "eager")
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,11 @@ class SandboxConfig:
         preload: modules imported once by the server and shared copy-on-write by every worker
             (e.g. ``("pandas",)``): a call then costs no import.
         prefork: idle workers forked ahead of time, so that a call is a pipe round trip.
+        prefork_refill: when the server forks replacements for pre-forked workers that calls took:
+            ``"quiet"`` only while no call is running, so that a burst of calls (a rollout batch)
+            is not slowed by forks for the next one, and the pool refills between batches or while
+            the policy generates; ``"eager"`` whenever the server has no message to handle, also
+            inside a burst (lower latency for a steady stream of stateless calls larger than the pool).
         max_workers: workers alive at once (calls beyond wait in a queue); also the size of the uid
             block claimed when root.
         session_idle_s: a stateful session's worker idle this long is stopped (its next call starts
@@ -57,6 +64,7 @@ class SandboxConfig:
     disk_mb: int = 1024
     preload: tuple[str, ...] = ()
     prefork: int = 4
+    prefork_refill: Literal["quiet", "eager"] = "quiet"
     max_workers: int = 1024
     session_idle_s: float = 900.0
     interrupt_grace_s: float = 1.0
@@ -78,6 +86,8 @@ class SandboxConfig:
                 raise ValueError(f"SandboxConfig.{name} must be a positive int, got {value!r}")
         if self.prefork < 0 or self.prefork > self.max_workers:
             raise ValueError(f"SandboxConfig.prefork must be in [0, max_workers], got {self.prefork!r}")
+        if self.prefork_refill not in _REFILL_MODES:
+            raise ValueError(f"SandboxConfig.prefork_refill must be one of {_REFILL_MODES}, got {self.prefork_refill!r}")
         if self.max_workers > 4096:
             raise ValueError("SandboxConfig.max_workers must be <= 4096")
         # Lists from JSON/gym.make kwargs become tuples so that the config stays hashable.

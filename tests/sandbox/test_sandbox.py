@@ -319,3 +319,38 @@ def test_config_validation_and_result_text():
     r = SandboxResult(kind="forbidden", detail="network", error="PermissionError: no")
     assert r.error_kind == "sandbox_forbidden_network" and r.text() == "PermissionError: no"
     assert SandboxResult(kind="ok").text() == "(no output)" and SandboxResult(kind="ok").error_kind is None
+
+
+def _wait_for(sb: Sandbox, condition, timeout_s: float = 10.0) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        stats = sb.stats()
+        if condition(stats) or time.monotonic() > deadline:
+            return stats
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("refill", ["quiet", "eager"])
+def test_prefork_refill_waits_for_running_calls_only_when_quiet(refill):
+    """Two pre-forked workers are taken by two calls that sleep: "quiet" forks no replacement while
+    they run (the burst keeps the CPU) and refills the pool once they are done; "eager" refills at once."""
+    with Sandbox(prefork=2, prefork_refill=refill, timeout_s=10) as sb:
+        start = _wait_for(sb, lambda s: s["idle"] == 2)
+        assert start["idle"] == 2 and start["spawned"] == 2, start
+        calls = [sb.submit("import time; time.sleep(1.0)") for _ in range(2)]
+        during = _wait_for(sb, lambda s: s["busy"] == 2)
+        time.sleep(0.5)  # half-way through the calls: room for the eager server to refill
+        during = sb.stats()
+        assert during["busy"] == 2, during
+        if refill == "quiet":
+            assert (during["idle"], during["spawned"]) == (0, 2), during
+        else:
+            assert (during["idle"], during["spawned"]) == (2, 4), during
+        assert [c.result(timeout=10).kind for c in calls] == ["ok", "ok"]
+        after = _wait_for(sb, lambda s: s["idle"] == 2 and s["busy"] == 0)
+        assert (after["idle"], after["spawned"]) == (2, 4), after
+
+
+def test_prefork_refill_is_validated():
+    with pytest.raises(ValueError, match=r"prefork_refill must be one of \('quiet', 'eager'\), got 'lazy'"):
+        SandboxConfig(prefork_refill="lazy")
