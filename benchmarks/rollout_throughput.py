@@ -32,7 +32,11 @@ import argparse
 import asyncio
 import gc
 import json
+import os
+import shutil
+import signal
 import statistics
+import subprocess
 import time
 from typing import Any
 
@@ -98,8 +102,15 @@ def main() -> None:
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.5, help="vLLM's GPU share (default: %(default)s)")
     parser.add_argument("--repeats", type=int, default=2, help="runs of each variant, alternating (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="episode i is reset with seed SEED+i (default: %(default)s)")
-    parser.add_argument("--gc-freeze", action="store_true",
-                        help="gc.freeze() once the engine and envs are built, so that full collections skip them")
+    gc_mode = parser.add_mutually_exclusive_group()
+    gc_mode.add_argument("--gc-freeze", action="store_true",
+                         help="gc.freeze() once the engine and envs are built, so that full collections skip them")
+    gc_mode.add_argument("--gc-ab", action="store_true",
+                         help="alternate repeats between the normal collector and gc.freeze() (gc.unfreeze() in between) "
+                         "on the same engine, and report each half's medians: an A/B without a second engine start")
+    parser.add_argument("--py-spy", metavar="PREFIX",
+                        help="sample this process with py-spy (must be on PATH) during each env run, 250 Hz, per thread; "
+                        "raw collapsed stacks go to PREFIX-<repeat>.txt")
     parser.add_argument("--out", help="write all numbers as JSON here")
     args = parser.parse_args()
 
@@ -120,11 +131,23 @@ def main() -> None:
 
     runs: dict[str, list[dict[str, Any]]] = {"env": [], "raw": [], "raw_turns": []}
     for repeat in range(args.repeats):
+        frozen = args.gc_freeze or (args.gc_ab and repeat % 2 == 1)
+        if args.gc_ab:
+            gc.collect()
+            if frozen:
+                gc.freeze()
+            else:
+                gc.unfreeze()
         tracked.events.clear()
-        result = asyncio.run(
-            arun_episodes(envs, tracked, episodes=args.episodes, base_seed=args.seed, concurrency=args.concurrency,
-                          max_new_tokens=args.max_new_tokens, progress=True)
-        )
+        sampler = _start_py_spy(f"{args.py_spy}-{repeat + 1}.txt") if args.py_spy else None
+        try:
+            result = asyncio.run(
+                arun_episodes(envs, tracked, episodes=args.episodes, base_seed=args.seed, concurrency=args.concurrency,
+                              max_new_tokens=args.max_new_tokens, progress=True)
+            )
+        finally:
+            if sampler is not None:
+                _stop_py_spy(sampler)
         stats = result.stats
         end = tracked.events[-1][0] if tracked.events else 0.0
         timeline = tracked.timeline(end - stats["wall_s"], end)
@@ -141,21 +164,37 @@ def main() -> None:
             "step_latency_p95_ms": 1e3 * stats["step_latency_p95_s"], "reset_s_summed": stats["reset_s"],
             "no_request_in_flight_s": timeline["idle_s"], "mean_requests_in_flight": timeline["mean_in_flight"],
             "gc_s": stats["gc_s"], "gc_longest_ms": 1e3 * stats["gc_longest_s"], "gc_full_collections": stats["gc_full_collections"],
+            "gc_frozen": frozen,
         })
         first = [([int(x) for x in t.steps[0].prompt_ids], sum(len(s.response_ids) for s in t.steps)) for t in trajectories]
         every = [([int(x) for x in s.prompt_ids], len(s.response_ids)) for t in trajectories for s in t.steps]
         for name, jobs in (("raw", first), ("raw_turns", every)):
             wall, tokens = asyncio.run(_raw(policy, jobs))
-            runs[name].append({"wall_s": wall, "tokens": tokens, "tokens_per_s": tokens / wall, "requests": len(jobs)})
-        print(f"repeat {repeat + 1}: " + ", ".join(f"{k} {v[-1]['tokens_per_s']:,.0f} tok/s" for k, v in runs.items()), flush=True)
+            runs[name].append({"wall_s": wall, "tokens": tokens, "tokens_per_s": tokens / wall, "requests": len(jobs), "gc_frozen": frozen})
+        print(f"repeat {repeat + 1}{' (gc frozen)' if frozen else ''}: "
+              + ", ".join(f"{k} {v[-1]['tokens_per_s']:,.0f} tok/s" for k, v in runs.items()), flush=True)
     policy.close()
 
+    groups = {"all runs": runs}
+    if args.gc_ab:
+        groups = {f"gc {label}": {k: [r for r in v if r["gc_frozen"] == frozen] for k, v in runs.items()}
+                  for label, frozen in (("normal", False), ("frozen", True))}
+    print(f"\n{args.env}, {args.episodes} episodes, {args.concurrency} in flight, max {args.max_new_tokens} tokens/turn, "
+          f"temperature {args.temperature}; engine start {engine_start_s:.1f} s, envs built {env_build_s:.1f} s")
+    summary = {label: _report(group, args.concurrency, label) for label, group in groups.items() if group["env"]}
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"args": vars(args), "engine_start_s": engine_start_s, "env_build_s": env_build_s,
+                       "runs": runs, **(summary["all runs"] if not args.gc_ab else {"groups": summary})}, f, indent=2)
+
+
+def _report(runs: dict[str, list[dict[str, Any]]], concurrency: int, label: str) -> dict[str, Any]:
+    """Print one group's medians and ratios (and where the env run's time went); return them."""
     med = {k: {m: statistics.median(r[m] for r in v) for m in v[0]} for k, v in runs.items()}
     ratio = med["env"]["tokens_per_s"] / med["raw"]["tokens_per_s"]
     ratio_turns = med["env"]["tokens_per_s"] / med["raw_turns"]["tokens_per_s"]
     e = med["env"]
-    print(f"\n{args.env}, {args.episodes} episodes, {args.concurrency} in flight, max {args.max_new_tokens} tokens/turn, "
-          f"temperature {args.temperature} (medians of {args.repeats}); engine start {engine_start_s:.1f} s, envs built {env_build_s:.1f} s")
+    print(f"{label} (medians of {len(runs['env'])}):")
     print(f"  env-driven : {e['tokens_per_s']:>9,.0f} tok/s  ({e['tokens']:,.0f} tokens in {e['wall_s']:.2f} s; "
           f"{e['mean_turns']:.2f} turns/episode, max {e['max_turns']:.0f}, {e['multi_turn_episodes']:.0f} multi-turn, "
           f"{e['tool_calls']:.0f} tool calls, reward {e['mean_reward']:.3f})")
@@ -166,14 +205,36 @@ def main() -> None:
     print(f"  where the env run's time goes: env steps {e['env_step_s_summed']:.2f} s summed over episodes "
           f"(p50 {e['step_latency_p50_ms']:.2f} ms, p95 {e['step_latency_p95_ms']:.2f} ms per step), resets "
           f"{e['reset_s_summed']:.2f} s summed; no request in flight for {e['no_request_in_flight_s']:.2f} s of "
-          f"{e['wall_s']:.2f} s; mean requests in flight {e['mean_requests_in_flight']:.0f} of {args.concurrency}; "
+          f"{e['wall_s']:.2f} s; mean requests in flight {e['mean_requests_in_flight']:.0f} of {concurrency}; "
           f"garbage collector {e['gc_s']:.2f} s (full collections per run: "
           f"{', '.join(str(r['gc_full_collections']) for r in runs['env'])}; longest "
-          f"{max(r['gc_longest_ms'] for r in runs['env']):.0f} ms{', after gc.freeze()' if args.gc_freeze else ''})")
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"args": vars(args), "engine_start_s": engine_start_s, "env_build_s": env_build_s,
-                       "runs": runs, "medians": med, "ratio_env_raw": ratio, "ratio_env_raw_turns": ratio_turns}, f, indent=2)
+          f"{max(r['gc_longest_ms'] for r in runs['env']):.0f} ms{', after gc.freeze()' if e['gc_frozen'] else ''})")
+    return {"medians": med, "ratio_env_raw": ratio, "ratio_env_raw_turns": ratio_turns}
+
+
+def _start_py_spy(path: str) -> subprocess.Popen | None:
+    """py-spy sampling this process (all threads, each on its own) until :func:`_stop_py_spy`; ``None``
+    (with the reason printed) if it cannot run here: the benchmark itself goes on without it."""
+    if shutil.which("py-spy") is None:
+        print("WARNING: --py-spy: py-spy is not on PATH (pip install py-spy); not profiling")
+        return None
+    cmd = ["py-spy", "record", "--pid", str(os.getpid()), "--rate", "250", "--threads", "--nonblocking",
+           "--format", "raw", "--output", path]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.5)  # (it attaches in a few ms; a run is seconds long)
+    if proc.poll() is not None:
+        print(f"WARNING: --py-spy: py-spy exited at once ({proc.returncode}): {proc.stderr.read().strip()}; not profiling")
+        return None
+    return proc
+
+
+def _stop_py_spy(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGINT)  # py-spy writes its output on Ctrl-C
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        print("py-spy did not stop within 30 s; killed (its output may be missing)")
 
 
 if __name__ == "__main__":

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import gc
 import importlib.machinery
 import importlib.util
 import json
+import runpy
 import sys
 import types
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import gymnasium as gym
 import pytest
@@ -24,6 +27,7 @@ import pytest
 import agent_gym  # noqa: F401
 from agent_gym.chat.template import ChatTemplate
 from agent_gym.cli.main import main
+from agent_gym.models import DEFAULT_MODEL
 from agent_gym.rollout.async_runner import run_episodes_async
 from agent_gym.rollout.vllm import VLLMPolicy, completion_to_generation
 
@@ -241,3 +245,41 @@ def test_cli_vllm_backend_errors(tokenizer, capsys):
         pytest.skip("vLLM is installed here")
     with pytest.raises(ImportError, match=r"^VLLMPolicy needs vLLM, which is not installed: pip install vllm \(a CUDA machine\)$"):
         VLLMPolicy("some/folder", tokenizer=tokenizer)
+
+
+BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "rollout_throughput.py"
+
+
+def test_rollout_benchmark_gc_ab_reports_each_half(fake_vllm, tokenizer, tmp_path, monkeypatch, capsys):
+    """benchmarks/rollout_throughput.py end to end on the fake engine: the GPU benchmark's own code (the
+    runs, the gc A/B, the report and its JSON) is checked here before device time is spent on it."""
+    template = ChatTemplate(tokenizer)
+    eot = list(template.end_of_turn_ids)
+    call = template.encode('<tool_call>\n{"name": "calculator", "arguments": {"expression": "3 * 6"}}\n</tool_call>') + eot
+    answer = template.encode("#### 18") + eot
+
+    def reply(prompt):  # a calculator call first, then the answer once the call is in the context (2 turns)
+        made = any(prompt[i : i + len(call)] == call for i in range(len(prompt) - len(call) + 1))
+        return answer if made else call
+
+    fake_vllm.next_engine = engine = FakeEngine(reply)
+    out = tmp_path / "tp.json"
+    monkeypatch.setattr(sys, "argv", ["rollout_throughput.py", "--model", DEFAULT_MODEL, "--episodes", "6", "--concurrency", "3",
+                                      "--repeats", "4", "--gc-ab", "--out", str(out)])
+    try:
+        runpy.run_path(str(BENCHMARK), run_name="__main__")
+    finally:
+        gc.unfreeze()
+    text = capsys.readouterr().out
+    data = json.loads(out.read_text())
+    assert [r["gc_frozen"] for r in data["runs"]["env"]] == [False, True, False, True]
+    assert set(data["groups"]) == {"gc normal", "gc frozen"}
+    for group in data["groups"].values():
+        env = group["medians"]["env"]
+        assert env["episodes"] == 6 and env["mean_turns"] == 2.0 and env["tool_calls"] == 6
+        assert group["ratio_env_raw"] == env["tokens_per_s"] / group["medians"]["raw"]["tokens_per_s"]
+    assert "gc normal (medians of 2):" in text and "gc frozen (medians of 2):" in text
+    assert "full collections per run" in text and "after gc.freeze()" in text
+    raw = [r for r in engine.requests if r[1].__dict__.get("ignore_eos")]
+    assert raw and all(r[1].min_tokens == r[1].max_tokens for r in raw)  # raw runs ask for exact token counts
+    assert engine.shut_down
