@@ -10,15 +10,11 @@ policy ran against real vLLM 0.24 on an H200: see docs/results/gpu-runs.md.
 from __future__ import annotations
 
 import asyncio
-import enum
 import gc
-import importlib.machinery
 import importlib.util
 import json
 import runpy
 import sys
-import types
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import gymnasium as gym
@@ -30,86 +26,29 @@ from agent_gym.cli.main import main
 from agent_gym.models import DEFAULT_MODEL
 from agent_gym.rollout.async_runner import run_episodes_async
 from agent_gym.rollout.vllm import VLLMPolicy, completion_to_generation
+from agent_gym.rollout.vllm_process import VLLMProcessPolicy
+
+
+def _load_fakes():
+    spec = importlib.util.spec_from_file_location("_vllm_fakes", FAKES)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # (dataclasses look their module up there)
+    spec.loader.exec_module(module)
+    return module
+
+
+FAKES = Path(__file__).with_name("vllm_fakes.py")
+fakes = _load_fakes()
+FakeEngine, Logprob, Completion, Output = fakes.FakeEngine, fakes.Logprob, fakes.Completion, fakes.Output
 
 
 @pytest.fixture()
 def fake_vllm(monkeypatch):
-    vllm = types.ModuleType("vllm")
-    sampling = types.ModuleType("vllm.sampling_params")
-    inputs = types.ModuleType("vllm.inputs")
-
-    class RequestOutputKind(enum.Enum):
-        CUMULATIVE = 0
-        DELTA = 1
-        FINAL_ONLY = 2
-
-    class SamplingParams:
-        def __init__(self, **fields):
-            self.__dict__.update(fields)
-
-    class AsyncEngineArgs:
-        def __init__(self, **fields):
-            self.fields = fields
-
-    class AsyncLLM:
-        """``from_engine_args`` hands out the engine a test put in ``vllm.next_engine``."""
-
-        @staticmethod
-        def from_engine_args(args):
-            vllm.engine_args.append(args.fields)
-            return vllm.next_engine
-
-    vllm.SamplingParams = SamplingParams
-    vllm.AsyncEngineArgs = AsyncEngineArgs
-    vllm.engine_args = []
-    vllm.next_engine = None
-    vllm.__spec__ = importlib.machinery.ModuleSpec("vllm", None)  # importlib.util.find_spec finds it
-    sampling.RequestOutputKind = RequestOutputKind
-    inputs.TokensPrompt = dict
-    async_llm = types.ModuleType("vllm.v1.engine.async_llm")
-    async_llm.AsyncLLM = AsyncLLM
-    modules = {"vllm": vllm, "vllm.sampling_params": sampling, "vllm.inputs": inputs, "vllm.v1": types.ModuleType("vllm.v1"),
-               "vllm.v1.engine": types.ModuleType("vllm.v1.engine"), "vllm.v1.engine.async_llm": async_llm}
+    """The fake ``vllm`` package (tests/vllm_fakes.py) in ``sys.modules`` for one test."""
+    modules = fakes.fake_vllm_modules()
     for name, module in modules.items():
         monkeypatch.setitem(sys.modules, name, module)
-    return vllm
-
-
-@dataclass
-class Logprob:
-    logprob: float
-
-
-@dataclass
-class Completion:
-    token_ids: list[int]
-    finish_reason: str | None
-    logprobs: list[dict[int, Logprob]] | None = None
-
-
-@dataclass
-class Output:
-    outputs: list[Completion]
-
-
-@dataclass
-class FakeEngine:
-    """Replies with ``reply(prompt_ids)`` ids; records the requests it saw."""
-
-    reply: object
-    requests: list[tuple[list[int], object, str]] = field(default_factory=list)
-    shut_down: bool = False
-
-    async def generate(self, prompt, params, request_id):
-        self.requests.append((list(prompt["prompt_token_ids"]), params, request_id))
-        await asyncio.sleep(0)
-        ids = list(self.reply(prompt["prompt_token_ids"]))[: params.max_tokens]
-        lps = [{t: Logprob(-0.5 * (k + 1)), t + 1: Logprob(-9.0)} for k, t in enumerate(ids)]
-        reason = "stop" if ids and ids[-1] in params.stop_token_ids else "length"
-        yield Output([Completion(ids, reason, lps if params.logprobs is not None else None)])
-
-    def shutdown(self):
-        self.shut_down = True
+    return modules["vllm"]
 
 
 def test_completion_to_generation_exact():
@@ -283,3 +222,64 @@ def test_rollout_benchmark_gc_ab_reports_each_half(fake_vllm, tokenizer, tmp_pat
     raw = [r for r in engine.requests if r[1].__dict__.get("ignore_eos")]
     assert raw and all(r[1].min_tokens == r[1].max_tokens for r in raw)  # raw runs ask for exact token counts
     assert engine.shut_down
+
+
+# -- VLLMProcessPolicy: the same policy in a child process (the child builds the fake engine) -----------
+
+
+def _process_policy(**kwargs):
+    return VLLMProcessPolicy(DEFAULT_MODEL, engine_factory=f"{FAKES}:make_engine", startup_timeout_s=120, **kwargs)
+
+
+def test_process_policy_round_trips_exact_ids_logprobs_and_errors(tokenizer):
+    with _process_policy(temperature=0.5) as policy:
+        assert policy.stop_ids == [2] and policy.vocab_size == len(tokenizer)
+        gens = policy.generate([[5, 6, 7, 8], [9, 10, 11]], max_new_tokens=8)
+        assert [g.ids for g in gens] == [[8, 7, 6, 2], [11, 10, 9, 2]]
+        assert gens[0].logprobs == [-0.5, -1.0, -1.5, -2.0] and gens[0].finish_reason == "stop"
+        cut = policy.generate([[5, 6, 7]], max_new_tokens=2)[0]  # max_tokens reaches the child's engine
+        assert (cut.ids, cut.finish_reason) == ([7, 6], "length")
+
+        async def several():
+            return await asyncio.gather(*(policy.agenerate([100 + k, 200 + k], max_new_tokens=8) for k in range(50)))
+
+        outs = asyncio.run(several())  # concurrent requests come back to the right callers
+        assert [g.ids for g in outs] == [[200 + k, 100 + k, 2] for k in range(50)]
+        with pytest.raises(RuntimeError, match="vLLM server: ValueError: the fake engine refuses id 13"):
+            policy.generate([[12, 13]], max_new_tokens=4)
+        with pytest.raises(ValueError, match=r"prompt holds ids outside the vocabulary \[0, 49152\): \[49157\]"):
+            policy.generate([[len(tokenizer) + 5]], max_new_tokens=4)  # checked before it leaves this process
+        assert policy.generate([[1, 2, 3]], max_new_tokens=4)[0].ids == [3, 2, 1, 2]  # still serving after errors
+        pid = policy.pid
+    assert policy._process.returncode == 0 and pid > 0
+    policy.close()  # idempotent
+    with pytest.raises(RuntimeError, match="closed"):
+        policy.generate([[1, 2]], max_new_tokens=4)
+
+
+def test_process_policy_plays_episodes_through_the_async_runner(tokenizer):
+    with _process_policy() as policy:
+        result = run_episodes_async(lambda: gym.make("AgentR1/GSM8KTool-v0", tokenizer=tokenizer, split="test"),
+                                    policy, episodes=4, concurrency=4, max_new_tokens=16)
+    steps = [s for t in result.trajectories for s in t.steps]
+    assert len(result.trajectories) == 4 and steps
+    for s in steps:  # the ids the env recorded are the ids the child's engine produced for that prompt
+        assert list(s.response_ids) == [int(t) for t in reversed(list(s.prompt_ids)[-3:])] + [2]
+
+
+def test_process_policy_reports_a_child_that_cannot_start(tmp_path):
+    bad = tmp_path / "factory.py"
+    bad.write_text("def make():\n    raise OSError('no GPU here')\n")
+    with pytest.raises(RuntimeError, match=r"did not start \(exit code 1\): OSError: no GPU here"):
+        VLLMProcessPolicy(DEFAULT_MODEL, engine_factory=f"{bad}:make", startup_timeout_s=120)
+
+
+def test_process_policy_fails_pending_requests_when_the_child_dies(tokenizer):
+    policy = _process_policy()
+    try:
+        policy._process.kill()
+        with pytest.raises(RuntimeError, match=r"the vLLM server process exited \(code -9\)"):
+            for _ in range(100):  # the first request may still be written before the EOF is seen
+                policy.generate([[1, 2, 3]], max_new_tokens=4)
+    finally:
+        policy.close()
