@@ -100,6 +100,8 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=256, help="token limit of one turn (default: %(default)s)")
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default: %(default)s)")
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.5, help="vLLM's GPU share (default: %(default)s)")
+    parser.add_argument("--engine-kwargs", default="{}",
+                        help='JSON AsyncEngineArgs fields for the engine, e.g. \'{"max_num_seqs": 128}\' (default: none)')
     parser.add_argument("--engine-process", action="store_true",
                         help="run vLLM's frontend in a child process (VLLMProcessPolicy) instead of this one (VLLMPolicy); "
                         "the raw runs then go through the same child")
@@ -123,7 +125,8 @@ def main() -> None:
         from agent_gym.rollout.vllm import VLLMPolicy as policy_class
 
     t0 = time.perf_counter()
-    policy = policy_class(args.model, temperature=args.temperature, gpu_memory_utilization=args.gpu_memory_utilization)
+    policy = policy_class(args.model, temperature=args.temperature, gpu_memory_utilization=args.gpu_memory_utilization,
+                          engine_kwargs=json.loads(args.engine_kwargs))
     engine_start_s = time.perf_counter() - t0
     tracked = InFlightTracker(policy)
     env_kwargs = json.loads(args.env_kwargs)
@@ -186,7 +189,7 @@ def main() -> None:
         groups = {f"gc {label}": {k: [r for r in v if r["gc_frozen"] == frozen] for k, v in runs.items()}
                   for label, frozen in (("normal", False), ("frozen", True))}
     print(f"\n{args.env}, {args.episodes} episodes, {args.concurrency} in flight, max {args.max_new_tokens} tokens/turn, "
-          f"temperature {args.temperature}; {type(policy).__name__}; engine start {engine_start_s:.1f} s, envs built {env_build_s:.1f} s")
+          f"temperature {args.temperature}; {type(policy).__name__}, engine kwargs {args.engine_kwargs}; engine start {engine_start_s:.1f} s, envs built {env_build_s:.1f} s")
     summary = {label: _report(group, args.concurrency, label) for label, group in groups.items() if group["env"]}
     if args.out:
         with open(args.out, "w") as f:

@@ -169,6 +169,7 @@ def test_cli_eval_on_the_vllm_backend(fake_vllm, tokenizer, tmp_path, capsys):
     summary = json.loads(capsys.readouterr().out)
     assert (summary["episodes"], summary["mean_turns"], summary["tool_calls"], summary["tool_errors"]) == (3, 2.0, 3, 0)
     assert fake_vllm.engine_args == [{"model": str(model), "gpu_memory_utilization": 0.5, "seed": 0, "disable_log_stats": True}]
+    assert [c.value for c in fake_vllm.usage_contexts] == ["LLM_CLASS"]  # vLLM's offline-batch defaults, not 128 sequences
     lines = out.read_text().splitlines()
     assert len(lines) == 3 and all(json.loads(line)["metadata"]["backend"] == "vllm" for line in lines)
     assert fake_vllm.next_engine.shut_down is True  # the CLI built the engine, so it shuts it down

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 
 def fake_vllm_modules() -> dict[str, types.ModuleType]:
     """``sys.modules`` entries of the fake ``vllm`` package; ``vllm.next_engine`` is what
-    ``AsyncLLM.from_engine_args`` hands out, ``vllm.engine_args`` records its arguments."""
+    ``AsyncLLM.from_engine_args`` hands out, ``vllm.engine_args`` and ``vllm.usage_contexts`` record
+    its arguments."""
     vllm = types.ModuleType("vllm")
     sampling = types.ModuleType("vllm.sampling_params")
     inputs = types.ModuleType("vllm.inputs")
@@ -35,23 +36,32 @@ def fake_vllm_modules() -> dict[str, types.ModuleType]:
         def __init__(self, **fields):
             self.fields = fields
 
+    class UsageContext(str, enum.Enum):
+        LLM_CLASS = "LLM_CLASS"
+        ENGINE_CONTEXT = "ENGINE_CONTEXT"
+
     class AsyncLLM:
         @staticmethod
-        def from_engine_args(args):
+        def from_engine_args(args, usage_context=UsageContext.ENGINE_CONTEXT):
             vllm.engine_args.append(args.fields)
+            vllm.usage_contexts.append(usage_context)
             return vllm.next_engine
 
     vllm.SamplingParams = SamplingParams
     vllm.AsyncEngineArgs = AsyncEngineArgs
     vllm.engine_args = []
+    vllm.usage_contexts = []
     vllm.next_engine = None
     vllm.__spec__ = importlib.machinery.ModuleSpec("vllm", None)  # importlib.util.find_spec finds it
     sampling.RequestOutputKind = RequestOutputKind
     inputs.TokensPrompt = dict
+    usage = types.ModuleType("vllm.usage.usage_lib")
+    usage.UsageContext = UsageContext
     async_llm = types.ModuleType("vllm.v1.engine.async_llm")
     async_llm.AsyncLLM = AsyncLLM
     return {"vllm": vllm, "vllm.sampling_params": sampling, "vllm.inputs": inputs, "vllm.v1": types.ModuleType("vllm.v1"),
-            "vllm.v1.engine": types.ModuleType("vllm.v1.engine"), "vllm.v1.engine.async_llm": async_llm}
+            "vllm.v1.engine": types.ModuleType("vllm.v1.engine"), "vllm.v1.engine.async_llm": async_llm,
+            "vllm.usage": types.ModuleType("vllm.usage"), "vllm.usage.usage_lib": usage}
 
 
 @dataclass

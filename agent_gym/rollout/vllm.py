@@ -88,7 +88,9 @@ class VLLMPolicy:
         stop_ids: ids that end a turn; default :func:`~agent_gym.rollout.policy.default_stop_ids`.
         logprobs: return the sampled ids' log-probs (vLLM's default: the model's raw distribution).
         gpu_memory_utilization: vLLM's share of the GPU memory.
-        engine_kwargs: further ``AsyncEngineArgs`` fields (``max_model_len``, ``enforce_eager``, ...).
+        engine_kwargs: further ``AsyncEngineArgs`` fields (``max_model_len``, ``enforce_eager``,
+            ``max_num_seqs``, ...). The engine is built with vLLM's offline-batch defaults
+            (``UsageContext.LLM_CLASS``, as ``vllm.LLM`` uses), not ``AsyncLLM``'s engine-context ones.
         engine: an already built engine with ``AsyncLLM``'s ``generate``/``shutdown``; then ``model``
             only names it and no engine is created (for sharing one engine, and for tests).
     """
@@ -144,9 +146,15 @@ class VLLMPolicy:
     @staticmethod
     async def _build_engine(args: dict[str, Any]) -> Any:
         from vllm import AsyncEngineArgs
+        from vllm.usage.usage_lib import UsageContext
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        return AsyncLLM.from_engine_args(AsyncEngineArgs(**args))
+        # vLLM sizes its batch by usage context. AsyncLLM's own default (ENGINE_CONTEXT) falls back
+        # to 128 sequences and 2,048 tokens per step, so 512 episodes in flight ran 128 at a time;
+        # rollouts are offline batch generation, which is what LLM_CLASS's hardware-aware defaults
+        # are for (on an 80 GB+ GPU: 1,024 sequences, 16,384 tokens per step). engine_kwargs
+        # (max_num_seqs, max_num_batched_tokens) still override them.
+        return AsyncLLM.from_engine_args(AsyncEngineArgs(**args), usage_context=UsageContext.LLM_CLASS)
 
     def __repr__(self) -> str:
         return f"VLLMPolicy({self.model_name!r}, temperature={self.temperature}, top_p={self.top_p})"
