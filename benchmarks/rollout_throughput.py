@@ -102,9 +102,6 @@ def main() -> None:
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.5, help="vLLM's GPU share (default: %(default)s)")
     parser.add_argument("--engine-kwargs", default="{}",
                         help='JSON AsyncEngineArgs fields for the engine, e.g. \'{"max_num_seqs": 128}\' (default: none)')
-    parser.add_argument("--engine-process", action="store_true",
-                        help="run vLLM's frontend in a child process (VLLMProcessPolicy) instead of this one (VLLMPolicy); "
-                        "the raw runs then go through the same child")
     parser.add_argument("--repeats", type=int, default=2, help="runs of each variant, alternating (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="episode i is reset with seed SEED+i (default: %(default)s)")
     gc_mode = parser.add_mutually_exclusive_group()
@@ -114,18 +111,15 @@ def main() -> None:
                          help="alternate repeats between the normal collector and gc.freeze() (gc.unfreeze() in between) "
                          "on the same engine, and report each half's medians: an A/B without a second engine start")
     parser.add_argument("--py-spy", metavar="PREFIX",
-                        help="sample this process and its children (vLLM's engine core, the --engine-process server) with py-spy (on PATH) during each env run, 250 Hz, per thread; "
+                        help="sample this process and its children (vLLM's engine core) with py-spy (on PATH) during each env run, 250 Hz, per thread; "
                         "raw collapsed stacks go to PREFIX-<repeat>.txt")
     parser.add_argument("--out", help="write all numbers as JSON here")
     args = parser.parse_args()
 
-    if args.engine_process:
-        from agent_gym.rollout.vllm_process import VLLMProcessPolicy as policy_class
-    else:
-        from agent_gym.rollout.vllm import VLLMPolicy as policy_class
+    from agent_gym.rollout.vllm import VLLMPolicy
 
     t0 = time.perf_counter()
-    policy = policy_class(args.model, temperature=args.temperature, gpu_memory_utilization=args.gpu_memory_utilization,
+    policy = VLLMPolicy(args.model, temperature=args.temperature, gpu_memory_utilization=args.gpu_memory_utilization,
                           engine_kwargs=json.loads(args.engine_kwargs))
     engine_start_s = time.perf_counter() - t0
     tracked = InFlightTracker(policy)
@@ -189,7 +183,7 @@ def main() -> None:
         groups = {f"gc {label}": {k: [r for r in v if r["gc_frozen"] == frozen] for k, v in runs.items()}
                   for label, frozen in (("normal", False), ("frozen", True))}
     print(f"\n{args.env}, {args.episodes} episodes, {args.concurrency} in flight, max {args.max_new_tokens} tokens/turn, "
-          f"temperature {args.temperature}; {type(policy).__name__}, engine kwargs {args.engine_kwargs}; engine start {engine_start_s:.1f} s, envs built {env_build_s:.1f} s")
+          f"temperature {args.temperature}; engine kwargs {args.engine_kwargs}; engine start {engine_start_s:.1f} s, envs built {env_build_s:.1f} s")
     summary = {label: _report(group, args.concurrency, label) for label, group in groups.items() if group["env"]}
     if args.out:
         with open(args.out, "w") as f:

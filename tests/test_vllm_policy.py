@@ -26,7 +26,6 @@ from agent_gym.cli.main import main
 from agent_gym.models import DEFAULT_MODEL
 from agent_gym.rollout.async_runner import run_episodes_async
 from agent_gym.rollout.vllm import VLLMPolicy, completion_to_generation
-from agent_gym.rollout.vllm_process import VLLMProcessPolicy
 
 
 def _load_fakes():
@@ -223,64 +222,3 @@ def test_rollout_benchmark_gc_ab_reports_each_half(fake_vllm, tokenizer, tmp_pat
     raw = [r for r in engine.requests if r[1].__dict__.get("ignore_eos")]
     assert raw and all(r[1].min_tokens == r[1].max_tokens for r in raw)  # raw runs ask for exact token counts
     assert engine.shut_down
-
-
-# -- VLLMProcessPolicy: the same policy in a child process (the child builds the fake engine) -----------
-
-
-def _process_policy(**kwargs):
-    return VLLMProcessPolicy(DEFAULT_MODEL, engine_factory=f"{FAKES}:make_engine", startup_timeout_s=120, **kwargs)
-
-
-def test_process_policy_round_trips_exact_ids_logprobs_and_errors(tokenizer):
-    with _process_policy(temperature=0.5) as policy:
-        assert policy.stop_ids == [2] and policy.vocab_size == len(tokenizer)
-        gens = policy.generate([[5, 6, 7, 8], [9, 10, 11]], max_new_tokens=8)
-        assert [g.ids for g in gens] == [[8, 7, 6, 2], [11, 10, 9, 2]]
-        assert gens[0].logprobs == [-0.5, -1.0, -1.5, -2.0] and gens[0].finish_reason == "stop"
-        cut = policy.generate([[5, 6, 7]], max_new_tokens=2)[0]  # max_tokens reaches the child's engine
-        assert (cut.ids, cut.finish_reason) == ([7, 6], "length")
-
-        async def several():
-            return await asyncio.gather(*(policy.agenerate([100 + k, 200 + k], max_new_tokens=8) for k in range(50)))
-
-        outs = asyncio.run(several())  # concurrent requests come back to the right callers
-        assert [g.ids for g in outs] == [[200 + k, 100 + k, 2] for k in range(50)]
-        with pytest.raises(RuntimeError, match="vLLM server: ValueError: the fake engine refuses id 13"):
-            policy.generate([[12, 13]], max_new_tokens=4)
-        with pytest.raises(ValueError, match=r"prompt holds ids outside the vocabulary \[0, 49152\): \[49157\]"):
-            policy.generate([[len(tokenizer) + 5]], max_new_tokens=4)  # checked before it leaves this process
-        assert policy.generate([[1, 2, 3]], max_new_tokens=4)[0].ids == [3, 2, 1, 2]  # still serving after errors
-        pid = policy.pid
-    assert policy._process.returncode == 0 and pid > 0
-    policy.close()  # idempotent
-    with pytest.raises(RuntimeError, match="closed"):
-        policy.generate([[1, 2]], max_new_tokens=4)
-
-
-def test_process_policy_plays_episodes_through_the_async_runner(tokenizer):
-    with _process_policy() as policy:
-        result = run_episodes_async(lambda: gym.make("AgentR1/GSM8KTool-v0", tokenizer=tokenizer, split="test"),
-                                    policy, episodes=4, concurrency=4, max_new_tokens=16)
-    steps = [s for t in result.trajectories for s in t.steps]
-    assert len(result.trajectories) == 4 and steps
-    for s in steps:  # the ids the env recorded are the ids the child's engine produced for that prompt
-        assert list(s.response_ids) == [int(t) for t in reversed(list(s.prompt_ids)[-3:])] + [2]
-
-
-def test_process_policy_reports_a_child_that_cannot_start(tmp_path):
-    bad = tmp_path / "factory.py"
-    bad.write_text("def make():\n    raise OSError('no GPU here')\n")
-    with pytest.raises(RuntimeError, match=r"did not start \(exit code 1\): OSError: no GPU here"):
-        VLLMProcessPolicy(DEFAULT_MODEL, engine_factory=f"{bad}:make", startup_timeout_s=120)
-
-
-def test_process_policy_fails_pending_requests_when_the_child_dies(tokenizer):
-    policy = _process_policy()
-    try:
-        policy._process.kill()
-        with pytest.raises(RuntimeError, match=r"the vLLM server process exited \(code -9\)"):
-            for _ in range(100):  # the first request may still be written before the EOF is seen
-                policy.generate([[1, 2, 3]], max_new_tokens=4)
-    finally:
-        policy.close()

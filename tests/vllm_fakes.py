@@ -1,8 +1,7 @@
 """A stand-in for vLLM on CPU (vLLM needs a GPU and is not installed in CI): a tiny ``vllm`` module
 with the names our code imports (SamplingParams, RequestOutputKind, TokensPrompt, AsyncEngineArgs,
 AsyncLLM) and an engine with ``AsyncLLM``'s ``generate(prompt, sampling_params, request_id)``
-async-generator contract. Used by tests/test_vllm_policy.py, and loaded by file path in the child
-process of ``VLLMProcessPolicy`` through :func:`make_engine` (not a test module itself).
+async-generator contract. Loaded by file path by tests/test_vllm_policy.py (not a test module itself).
 """
 
 from __future__ import annotations
@@ -10,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import enum
 import importlib.machinery
-import sys
 import types
 from dataclasses import dataclass, field
 
@@ -100,18 +98,3 @@ class FakeEngine:
 
     def shutdown(self):
         self.shut_down = True
-
-
-def echo_reply(prompt: list[int]) -> list[int]:
-    """The last three prompt ids reversed, then 2 (SmolLM2's ``<|im_end|>``); a prompt containing
-    id 13 (for tests of failures) raises."""
-    if 13 in prompt:
-        raise ValueError("the fake engine refuses id 13")
-    return [int(t) for t in reversed(prompt[-3:])] + [2]
-
-
-def make_engine() -> FakeEngine:
-    """Engine factory for ``VLLMProcessPolicy(engine_factory="<this file>:make_engine")``: installs
-    the fake ``vllm`` in the child's ``sys.modules`` and returns an engine answering :func:`echo_reply`."""
-    sys.modules.update(fake_vllm_modules())
-    return FakeEngine(echo_reply)
