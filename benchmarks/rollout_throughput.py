@@ -102,13 +102,13 @@ def main() -> None:
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.5, help="vLLM's GPU share (default: %(default)s)")
     parser.add_argument("--engine-kwargs", default="{}",
                         help='JSON AsyncEngineArgs fields for the engine, e.g. \'{"max_num_seqs": 128}\' (default: none)')
-    parser.add_argument("--repeats", type=int, default=2, help="runs of each variant, alternating (default: %(default)s)")
+    parser.add_argument("--repeats", type=_positive_int, default=2, help="runs of each variant, alternating (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="episode i is reset with seed SEED+i (default: %(default)s)")
     gc_mode = parser.add_mutually_exclusive_group()
     gc_mode.add_argument("--gc-freeze", action="store_true",
                          help="gc.freeze() once the engine and envs are built, so that full collections skip them")
     gc_mode.add_argument("--gc-ab", action="store_true",
-                         help="alternate repeats between the normal collector and gc.freeze() (gc.unfreeze() in between) "
+                         help="alternate repeats (A B B A ...) between the normal collector and gc.freeze() (gc.unfreeze() in between) "
                          "on the same engine, and report each half's medians: an A/B without a second engine start")
     parser.add_argument("--py-spy", metavar="PREFIX",
                         help="sample this process and its children (vLLM's engine core) with py-spy (on PATH) during each env run, 250 Hz, per thread; "
@@ -134,7 +134,8 @@ def main() -> None:
 
     runs: dict[str, list[dict[str, Any]]] = {"env": [], "raw": [], "raw_turns": []}
     for repeat in range(args.repeats):
-        frozen = args.gc_freeze or (args.gc_ab and repeat % 2 == 1)
+        # --gc-ab runs A B B A A B B A ...: neither half always gets the first run after the warm-up
+        frozen = args.gc_freeze or (args.gc_ab and repeat % 4 in (1, 2))
         if args.gc_ab:
             gc.collect()
             if frozen:
@@ -215,6 +216,13 @@ def _report(runs: dict[str, list[dict[str, Any]]], concurrency: int, label: str)
     return {"medians": med, "ratio_env_raw": ratio, "ratio_env_raw_turns": ratio_turns}
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def _start_py_spy(path: str) -> subprocess.Popen | None:
     """py-spy sampling this process (all threads, each on its own) until :func:`_stop_py_spy`; ``None``
     (with the reason printed) if it cannot run here: the benchmark itself goes on without it."""
@@ -223,10 +231,13 @@ def _start_py_spy(path: str) -> subprocess.Popen | None:
         return None
     cmd = ["py-spy", "record", "--pid", str(os.getpid()), "--rate", "250", "--threads", "--subprocesses", "--nonblocking",
            "--format", "raw", "--output", path]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log = open(path + ".log", "w")  # (a file, not a pipe: nobody reads py-spy's stderr while it runs)
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    log.close()
     time.sleep(0.5)  # (it attaches in a few ms; a run is seconds long)
     if proc.poll() is not None:
-        print(f"WARNING: --py-spy: py-spy exited at once ({proc.returncode}): {proc.stderr.read().strip()}; not profiling")
+        with open(path + ".log") as f:
+            print(f"WARNING: --py-spy: py-spy exited at once ({proc.returncode}): {f.read().strip()}; not profiling")
         return None
     return proc
 

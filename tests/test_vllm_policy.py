@@ -211,7 +211,7 @@ def test_rollout_benchmark_gc_ab_reports_each_half(fake_vllm, tokenizer, tmp_pat
         gc.unfreeze()
     text = capsys.readouterr().out
     data = json.loads(out.read_text())
-    assert [r["gc_frozen"] for r in data["runs"]["env"]] == [False, True, False, True]
+    assert [r["gc_frozen"] for r in data["runs"]["env"]] == [False, True, True, False]  # A B B A
     assert set(data["groups"]) == {"gc normal", "gc frozen"}
     for group in data["groups"].values():
         env = group["medians"]["env"]

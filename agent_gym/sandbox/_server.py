@@ -1217,7 +1217,7 @@ class Server:
 
     # -- main loop --------------------------------------------------------------------------------------
 
-    def _timeouts(self) -> float | None:
+    def _timeouts(self) -> float:
         now = time.monotonic()
         while self.timers and self.timers[0][0] <= now:
             _, pid, job_id = heapq.heappop(self.timers)

@@ -35,10 +35,11 @@ class SandboxConfig:
             (e.g. ``("pandas",)``): a call then costs no import.
         prefork: idle workers forked ahead of time, so that a call is a pipe round trip.
         prefork_refill: when the server forks replacements for pre-forked workers that calls took:
-            ``"quiet"`` only while no call is running, so that a burst of calls (a rollout batch)
-            is not slowed by forks for the next one, and the pool refills between batches or while
-            the policy generates; ``"eager"`` whenever the server has no message to handle, also
-            inside a burst (lower latency for a steady stream of stateless calls larger than the pool).
+            ``"quiet"`` only once no call has run for 50 ms, so that a burst of calls (a rollout
+            batch) is not slowed by forks for the next one; the pool refills between batches or
+            whenever no env's code runs (while calls run without such a pause, new workers are forked
+            when needed, as with ``prefork=0``); ``"eager"`` whenever the server has no message to
+            handle, also inside a burst (better for a steady stream of calls larger than the pool).
         max_workers: workers alive at once (calls beyond wait in a queue); also the size of the uid
             block claimed when root.
         session_idle_s: a stateful session's worker idle this long is stopped (its next call starts
