@@ -120,7 +120,7 @@ def main() -> None:
 
     t0 = time.perf_counter()
     policy = VLLMPolicy(args.model, temperature=args.temperature, gpu_memory_utilization=args.gpu_memory_utilization,
-                          engine_kwargs=json.loads(args.engine_kwargs))
+                        engine_kwargs=json.loads(args.engine_kwargs))
     engine_start_s = time.perf_counter() - t0
     tracked = InFlightTracker(policy)
     env_kwargs = json.loads(args.env_kwargs)

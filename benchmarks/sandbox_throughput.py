@@ -306,6 +306,8 @@ def _merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main() -> None:
+    from agent_gym.sandbox import PREFORK_REFILL_MODES
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--episodes", type=int, default=512, help="episodes per run, over all workers; all in flight at once unless --concurrency (default 512)")
     parser.add_argument("--workers", type=int, default=1, help="processes to split the episodes over, each with its own event loop and sandbox server (default 1)")
@@ -314,8 +316,8 @@ def main() -> None:
     parser.add_argument("--sleep-ms", type=float, default=50.0, help="how long each tool call's code sleeps (default 50)")
     parser.add_argument("--stateless", action="store_true", help="a fresh process per call instead of one session per episode")
     parser.add_argument("--prefork", type=int, default=16, help="idle sandbox workers each server keeps forked ahead (default 16)")
-    parser.add_argument("--prefork-refill", choices=("quiet", "eager"), default="quiet",
-                        help="when a server replaces pre-forked workers that calls took: only while no call runs "
+    parser.add_argument("--prefork-refill", choices=PREFORK_REFILL_MODES, default="quiet",
+                        help="when a server replaces pre-forked workers that calls took: once no call has run for 50 ms "
                         "(quiet, the sandbox's default) or also inside the burst (eager)")
     parser.add_argument("--serial-calls", type=int, default=200, help="calls for the per-call cost (default 200; 0 skips)")
     parser.add_argument("--no-baselines", action="store_true", help="skip the no-sleep and calculator runs")

@@ -10,11 +10,15 @@ policy ran against real vLLM 0.24 on an H200: see docs/results/gpu-runs.md.
 from __future__ import annotations
 
 import asyncio
+import enum
 import gc
+import importlib.machinery
 import importlib.util
 import json
 import runpy
 import sys
+import types
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import gymnasium as gym
@@ -28,26 +32,94 @@ from agent_gym.rollout.async_runner import run_episodes_async
 from agent_gym.rollout.vllm import VLLMPolicy, completion_to_generation
 
 
-def _load_fakes():
-    spec = importlib.util.spec_from_file_location("_vllm_fakes", FAKES)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # (dataclasses look their module up there)
-    spec.loader.exec_module(module)
-    return module
-
-
-FAKES = Path(__file__).with_name("vllm_fakes.py")
-fakes = _load_fakes()
-FakeEngine, Logprob, Completion, Output = fakes.FakeEngine, fakes.Logprob, fakes.Completion, fakes.Output
-
-
 @pytest.fixture()
 def fake_vllm(monkeypatch):
-    """The fake ``vllm`` package (tests/vllm_fakes.py) in ``sys.modules`` for one test."""
-    modules = fakes.fake_vllm_modules()
+    vllm = types.ModuleType("vllm")
+    sampling = types.ModuleType("vllm.sampling_params")
+    inputs = types.ModuleType("vllm.inputs")
+
+    class RequestOutputKind(enum.Enum):
+        CUMULATIVE = 0
+        DELTA = 1
+        FINAL_ONLY = 2
+
+    class SamplingParams:
+        def __init__(self, **fields):
+            self.__dict__.update(fields)
+
+    class AsyncEngineArgs:
+        def __init__(self, **fields):
+            self.fields = fields
+
+    class UsageContext(str, enum.Enum):
+        LLM_CLASS = "LLM_CLASS"
+        ENGINE_CONTEXT = "ENGINE_CONTEXT"
+
+    class AsyncLLM:
+        """``from_engine_args`` hands out the engine a test put in ``vllm.next_engine``; ``vllm.engine_args``
+        and ``vllm.usage_contexts`` record its arguments."""
+
+        @staticmethod
+        def from_engine_args(args, usage_context=UsageContext.ENGINE_CONTEXT):
+            vllm.engine_args.append(args.fields)
+            vllm.usage_contexts.append(usage_context)
+            return vllm.next_engine
+
+    vllm.SamplingParams = SamplingParams
+    vllm.AsyncEngineArgs = AsyncEngineArgs
+    vllm.engine_args = []
+    vllm.usage_contexts = []
+    vllm.next_engine = None
+    vllm.__spec__ = importlib.machinery.ModuleSpec("vllm", None)  # importlib.util.find_spec finds it
+    sampling.RequestOutputKind = RequestOutputKind
+    inputs.TokensPrompt = dict
+    usage = types.ModuleType("vllm.usage.usage_lib")
+    usage.UsageContext = UsageContext
+    async_llm = types.ModuleType("vllm.v1.engine.async_llm")
+    async_llm.AsyncLLM = AsyncLLM
+    modules = {"vllm": vllm, "vllm.sampling_params": sampling, "vllm.inputs": inputs, "vllm.v1": types.ModuleType("vllm.v1"),
+               "vllm.v1.engine": types.ModuleType("vllm.v1.engine"), "vllm.v1.engine.async_llm": async_llm,
+               "vllm.usage": types.ModuleType("vllm.usage"), "vllm.usage.usage_lib": usage}
     for name, module in modules.items():
         monkeypatch.setitem(sys.modules, name, module)
-    return modules["vllm"]
+    return vllm
+
+
+@dataclass
+class Logprob:
+    logprob: float
+
+
+@dataclass
+class Completion:
+    token_ids: list[int]
+    finish_reason: str | None
+    logprobs: list[dict[int, Logprob]] | None = None
+
+
+@dataclass
+class Output:
+    outputs: list[Completion]
+
+
+@dataclass
+class FakeEngine:
+    """Replies with ``reply(prompt_ids)`` ids; records the requests it saw."""
+
+    reply: object
+    requests: list[tuple[list[int], object, str]] = field(default_factory=list)
+    shut_down: bool = False
+
+    async def generate(self, prompt, params, request_id):
+        self.requests.append((list(prompt["prompt_token_ids"]), params, request_id))
+        await asyncio.sleep(0)
+        ids = list(self.reply(prompt["prompt_token_ids"]))[: params.max_tokens]
+        lps = [{t: Logprob(-0.5 * (k + 1)), t + 1: Logprob(-9.0)} for k, t in enumerate(ids)]
+        reason = "stop" if ids and ids[-1] in params.stop_token_ids else "length"
+        yield Output([Completion(ids, reason, lps if params.logprobs is not None else None)])
+
+    def shutdown(self):
+        self.shut_down = True
 
 
 def test_completion_to_generation_exact():

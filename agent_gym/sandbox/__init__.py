@@ -18,9 +18,10 @@ from __future__ import annotations
 from typing import Any
 
 from agent_gym.sandbox.client import Sandbox, SandboxError, SandboxSession, shared_sandbox
-from agent_gym.sandbox.config import RESULT_KINDS, SandboxConfig, SandboxResult
+from agent_gym.sandbox.config import PREFORK_REFILL_MODES, RESULT_KINDS, SandboxConfig, SandboxResult
 
 __all__ = [
+    "PREFORK_REFILL_MODES",
     "RESULT_KINDS",
     "PythonTool",
     "Sandbox",

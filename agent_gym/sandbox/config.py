@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-__all__ = ["RESULT_KINDS", "ResultKind", "SandboxConfig", "SandboxResult"]
+__all__ = ["PREFORK_REFILL_MODES", "RESULT_KINDS", "ResultKind", "SandboxConfig", "SandboxResult"]
 
 #: Every value :attr:`SandboxResult.kind` can take.
 RESULT_KINDS: tuple[str, ...] = ("ok", "timeout", "memory", "output_truncated", "forbidden", "error")
 ResultKind = Literal["ok", "timeout", "memory", "output_truncated", "forbidden", "error"]
 #: Values of :attr:`SandboxConfig.prefork_refill`.
-_REFILL_MODES: tuple[str, ...] = ("quiet", "eager")
+PREFORK_REFILL_MODES: tuple[str, ...] = ("quiet", "eager")
 
 
 @dataclass(frozen=True)
@@ -87,8 +87,8 @@ class SandboxConfig:
                 raise ValueError(f"SandboxConfig.{name} must be a positive int, got {value!r}")
         if self.prefork < 0 or self.prefork > self.max_workers:
             raise ValueError(f"SandboxConfig.prefork must be in [0, max_workers], got {self.prefork!r}")
-        if self.prefork_refill not in _REFILL_MODES:
-            raise ValueError(f"SandboxConfig.prefork_refill must be one of {_REFILL_MODES}, got {self.prefork_refill!r}")
+        if self.prefork_refill not in PREFORK_REFILL_MODES:
+            raise ValueError(f"SandboxConfig.prefork_refill must be one of {PREFORK_REFILL_MODES}, got {self.prefork_refill!r}")
         if self.max_workers > 4096:
             raise ValueError("SandboxConfig.max_workers must be <= 4096")
         # Lists from JSON/gym.make kwargs become tuples so that the config stays hashable.
