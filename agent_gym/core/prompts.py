@@ -30,6 +30,7 @@ class PromptTemplates:
             undefined=jinja2.StrictUndefined,  # a misspelt variable is an error, not an empty string
             keep_trailing_newline=False,
             autoescape=False,
+            auto_reload=False,  # templates are read once per env; no file check on every render
         )
 
     def render(self, name: str, **variables: Any) -> str:

@@ -33,7 +33,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from agent_gym.rollout.driver import RolloutResult, _progress_bar, plan_episodes
+from agent_gym.rollout.driver import RolloutResult, _progress_bar, env_id_of, plan_episodes
 from agent_gym.rollout.gc_timer import GCTimer
 from agent_gym.rollout.policy import Generation
 from agent_gym.trajectory import StepRecord, Trajectory, TrajectoryWriter
@@ -217,8 +217,7 @@ async def arun_episodes(
         obs, info = env.reset(seed=seed, options=options)
         counters["reset_s"] += time.perf_counter() - started
         if env_id is None:
-            spec = getattr(env, "spec", None)
-            env_id = spec.id if spec is not None else type(getattr(env, "unwrapped", env)).__name__
+            env_id = env_id_of(env)
         trajectory_id = f"{run_id}-{i:06d}"
         steps: list[StepRecord] = []
         finish_reasons: list[str] = []

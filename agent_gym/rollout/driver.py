@@ -81,6 +81,17 @@ class _Episode:
     finish_reasons: list[str] = field(default_factory=list)
 
 
+def env_id_of(env: Any) -> str:
+    """The registered id of ``env`` (its class name if it was not made by ``gym.make``).
+
+    Reads the spec of the unwrapped env: a wrapper's ``spec`` property deep-copies the spec with its
+    kwargs, which costs tens of milliseconds when they hold a tokenizer.
+    """
+    base = getattr(env, "unwrapped", env)
+    spec = getattr(base, "spec", None)
+    return spec.id if spec is not None else type(base).__name__
+
+
 def plan_episodes(
     episodes: int | None, task_ids: Sequence[str] | None, seeds: Sequence[int] | None
 ) -> tuple[int, list[str] | None]:
@@ -146,8 +157,7 @@ def run_episodes(
     slot_envs = _make_slots(envs, min(batch_size, episodes))
     n_slots = len(slot_envs)
     if env_id is None and slot_envs:
-        spec = getattr(slot_envs[0], "spec", None)
-        env_id = spec.id if spec is not None else type(getattr(slot_envs[0], "unwrapped", slot_envs[0])).__name__
+        env_id = env_id_of(slot_envs[0])
     run_id = uuid.uuid4().hex[:8]
     extra = dict(metadata or {})
     result = RolloutResult()
