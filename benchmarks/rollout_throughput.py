@@ -102,6 +102,9 @@ def main() -> None:
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.5, help="vLLM's GPU share (default: %(default)s)")
     parser.add_argument("--engine-kwargs", default="{}",
                         help='JSON AsyncEngineArgs fields for the engine, e.g. \'{"max_num_seqs": 128}\' (default: none)')
+    parser.add_argument("--sampling-kwargs", default="{}",
+                        help='JSON SamplingParams fields for every request, env and raw runs alike, e.g. \'{"flat_logprobs": false}\' (default: none)')
+    parser.add_argument("--no-logprobs", action="store_true", help="requests ask for no log-probs (env and raw runs alike)")
     parser.add_argument("--repeats", type=_positive_int, default=2, help="runs of each variant, alternating (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="episode i is reset with seed SEED+i (default: %(default)s)")
     gc_mode = parser.add_mutually_exclusive_group()
@@ -120,7 +123,8 @@ def main() -> None:
 
     t0 = time.perf_counter()
     policy = VLLMPolicy(args.model, temperature=args.temperature, gpu_memory_utilization=args.gpu_memory_utilization,
-                        engine_kwargs=json.loads(args.engine_kwargs))
+                        engine_kwargs=json.loads(args.engine_kwargs), sampling_kwargs=json.loads(args.sampling_kwargs),
+                        logprobs=not args.no_logprobs)
     engine_start_s = time.perf_counter() - t0
     tracked = InFlightTracker(policy)
     env_kwargs = json.loads(args.env_kwargs)
@@ -184,7 +188,8 @@ def main() -> None:
         groups = {f"gc {label}": {k: [r for r in v if r["gc_frozen"] == frozen] for k, v in runs.items()}
                   for label, frozen in (("normal", False), ("frozen", True))}
     print(f"\n{args.env}, {args.episodes} episodes, {args.concurrency} in flight, max {args.max_new_tokens} tokens/turn, "
-          f"temperature {args.temperature}; engine kwargs {args.engine_kwargs}; engine start {engine_start_s:.1f} s, envs built {env_build_s:.1f} s")
+          f"temperature {args.temperature}; engine kwargs {args.engine_kwargs}; sampling kwargs {args.sampling_kwargs}"
+          f"{'; no log-probs' if args.no_logprobs else ''}; engine start {engine_start_s:.1f} s, envs built {env_build_s:.1f} s")
     summary = {label: _report(group, args.concurrency, label) for label, group in groups.items() if group["env"]}
     if args.out:
         with open(args.out, "w") as f:

@@ -44,6 +44,8 @@ def fake_vllm(monkeypatch):
         FINAL_ONLY = 2
 
     class SamplingParams:
+        __struct_fields__ = ("max_tokens", "logprobs", "flat_logprobs")  # (a few of vLLM 0.24's fields)
+
         def __init__(self, **fields):
             self.__dict__.update(fields)
 
@@ -91,6 +93,34 @@ class Logprob:
 
 
 @dataclass
+class FlatLogprobs:
+    """vLLM 0.24's ``FlatLogprobs`` layout: position i owns ``start_indices[i]:end_indices[i]`` of the flat
+    lists, the sampled id first."""
+
+    start_indices: list[int] = field(default_factory=list)
+    end_indices: list[int] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+
+    def append(self, entry: dict[int, Logprob]) -> None:
+        self.start_indices.append(len(self.token_ids))
+        for token, lp in entry.items():
+            self.token_ids.append(token)
+            self.logprobs.append(lp.logprob)
+        self.end_indices.append(len(self.token_ids))
+
+    def __len__(self) -> int:
+        return len(self.start_indices)
+
+
+def flat(entries: list[dict[int, Logprob]]) -> FlatLogprobs:
+    out = FlatLogprobs()
+    for entry in entries:
+        out.append(entry)
+    return out
+
+
+@dataclass
 class Completion:
     token_ids: list[int]
     finish_reason: str | None
@@ -116,6 +146,8 @@ class FakeEngine:
         ids = list(self.reply(prompt["prompt_token_ids"]))[: params.max_tokens]
         lps = [{t: Logprob(-0.5 * (k + 1)), t + 1: Logprob(-9.0)} for k, t in enumerate(ids)]
         reason = "stop" if ids and ids[-1] in params.stop_token_ids else "length"
+        if getattr(params, "flat_logprobs", False):
+            lps = flat(lps)
         yield Output([Completion(ids, reason, lps if params.logprobs is not None else None)])
 
     def shutdown(self):
@@ -133,6 +165,37 @@ def test_completion_to_generation_exact():
         completion_to_generation(Completion([7], "stop", [{8: Logprob(-1.0)}]), with_logprobs=True)
     with pytest.raises(RuntimeError, match="returned 0 log-prob entries for 1 ids"):
         completion_to_generation(Completion([7], "stop", None), with_logprobs=True)
+
+
+def test_completion_to_generation_reads_flat_logprobs():
+    gen = completion_to_generation(Completion([5, 2], "stop", flat([{5: Logprob(-0.25), 6: Logprob(-3.0)}, {2: Logprob(-0.5)}])), with_logprobs=True)
+    assert (gen.ids, gen.logprobs) == ([5, 2], [-0.25, -0.5])
+    with pytest.raises(RuntimeError, match="log-probs at position 1 do not include the sampled id 2"):
+        completion_to_generation(Completion([5, 2], "stop", flat([{5: Logprob(-0.25)}, {3: Logprob(-0.5), 2: Logprob(-0.7)}])), with_logprobs=True)
+    with pytest.raises(RuntimeError, match="log-probs at position 0 do not include the sampled id 5"):
+        completion_to_generation(Completion([5], "stop", flat([{}])), with_logprobs=True)
+    with pytest.raises(RuntimeError, match="returned 1 log-prob entries for 2 ids"):
+        completion_to_generation(Completion([5, 2], "stop", flat([{5: Logprob(-0.25)}])), with_logprobs=True)
+
+
+@pytest.mark.parametrize("has_flat", [True, False])
+def test_flat_logprobs_are_asked_for_where_vllm_has_them(fake_vllm, tokenizer, monkeypatch, has_flat):
+    import vllm
+
+    if not has_flat:  # an older vLLM without the field
+        monkeypatch.setattr(vllm.SamplingParams, "__struct_fields__", ("max_tokens", "logprobs"))
+    engine = FakeEngine(reply=lambda p: [42, 2])
+    with VLLMPolicy("smollm2", tokenizer=tokenizer, engine=engine) as policy:
+        [gen] = policy.generate([[1, 9]], max_new_tokens=4)
+        assert getattr(engine.requests[0][1], "flat_logprobs", None) is (True if has_flat else None)
+        assert (gen.ids, gen.logprobs) == ([42, 2], [-0.5, -1.0])
+    with VLLMPolicy("smollm2", tokenizer=tokenizer, engine=engine, logprobs=False) as policy:
+        [gen] = policy.generate([[1, 9]], max_new_tokens=4)
+        assert gen.logprobs is None and not hasattr(engine.requests[-1][1], "flat_logprobs")
+    with VLLMPolicy("smollm2", tokenizer=tokenizer, engine=engine, sampling_kwargs={"flat_logprobs": False, "min_p": 0.1}) as policy:
+        [gen] = policy.generate([[1, 9]], max_new_tokens=4)
+        params = engine.requests[-1][1]
+        assert (params.flat_logprobs, params.min_p, gen.logprobs) == (False, 0.1, [-0.5, -1.0])
 
 
 def test_requests_carry_token_ids_and_stop_ids(fake_vllm, tokenizer):

@@ -43,8 +43,10 @@ def completion_to_generation(completion: Any, *, with_logprobs: bool) -> Generat
 
     Args:
         completion: the finished output of a request (``request_output.outputs[0]``).
-        with_logprobs: the request asked for log-probs (``SamplingParams(logprobs=0)``): each position
-            then holds a ``{token_id: Logprob}`` dict that contains the sampled id.
+        with_logprobs: the request asked for log-probs (``SamplingParams(logprobs=0)``). vLLM returns
+            them either as a ``{token_id: Logprob}`` dict per position that contains the sampled id,
+            or (``flat_logprobs=True``, where vLLM has it; 0.24 does) as one ``FlatLogprobs`` whose flat lists hold the
+            sampled id first at each position's start index.
 
     Raises:
         RuntimeError: the request was aborted or did not finish (vLLM's ``finish_reason`` is neither
@@ -60,10 +62,18 @@ def completion_to_generation(completion: Any, *, with_logprobs: bool) -> Generat
         if entries is None or len(entries) != len(ids):
             raise RuntimeError(f"vLLM returned {0 if entries is None else len(entries)} log-prob entries for {len(ids)} ids")
         logprobs = []
-        for position, (token, entry) in enumerate(zip(ids, entries)):
-            if token not in entry:
-                raise RuntimeError(f"vLLM's log-probs at position {position} do not include the sampled id {token}")
-            logprobs.append(float(entry[token].logprob))
+        if hasattr(entries, "start_indices"):  # FlatLogprobs: indexing it would build a dict per position
+            starts, ends, tokens, values = entries.start_indices, entries.end_indices, entries.token_ids, entries.logprobs
+            for position, token in enumerate(ids):
+                at = starts[position]
+                if at >= ends[position] or tokens[at] != token:
+                    raise RuntimeError(f"vLLM's log-probs at position {position} do not include the sampled id {token}")
+                logprobs.append(float(values[at]))
+        else:
+            for position, (token, entry) in enumerate(zip(ids, entries)):
+                if token not in entry:
+                    raise RuntimeError(f"vLLM's log-probs at position {position} do not include the sampled id {token}")
+                logprobs.append(float(entry[token].logprob))
     return Generation(ids=ids, logprobs=logprobs, finish_reason=reason)
 
 
@@ -88,6 +98,9 @@ class VLLMPolicy:
         stop_ids: ids that end a turn; default :func:`~agent_gym.rollout.policy.default_stop_ids`.
         logprobs: return the sampled ids' log-probs (vLLM's default: the model's raw distribution).
         gpu_memory_utilization: vLLM's share of the GPU memory.
+        sampling_kwargs: extra ``vllm.SamplingParams`` fields for every request (e.g. ``{"min_p": 0.05}``);
+            they replace the policy's own (``{"flat_logprobs": False}`` turns off the flat log-prob lists
+            the policy asks for where vLLM has them).
         engine_kwargs: further ``AsyncEngineArgs`` fields (``max_model_len``, ``enforce_eager``,
             ``max_num_seqs``, ...). The engine is built with vLLM's offline-batch defaults
             (``UsageContext.LLM_CLASS``, as ``vllm.LLM`` uses), not ``AsyncLLM``'s engine-context ones.
@@ -106,6 +119,7 @@ class VLLMPolicy:
         stop_ids: Sequence[int] | None = None,
         logprobs: bool = True,
         gpu_memory_utilization: float = 0.5,
+        sampling_kwargs: Mapping[str, Any] | None = None,
         engine_kwargs: Mapping[str, Any] | None = None,
         engine: Any = None,
     ) -> None:
@@ -124,6 +138,7 @@ class VLLMPolicy:
         self.temperature = float(temperature)
         self.top_p = float(top_p)
         self.with_logprobs = bool(logprobs)
+        self.sampling_kwargs = dict(sampling_kwargs or {})
         self.stop_ids = resolve_stop_ids(tokenizer, stop_ids)
         self.vocab_size = len(tokenizer)
 
@@ -187,6 +202,11 @@ class VLLMPolicy:
             skip_special_tokens=False,
             output_kind=RequestOutputKind.FINAL_ONLY,
         )
+        if self.with_logprobs and "flat_logprobs" in getattr(SamplingParams, "__struct_fields__", ()):
+            # a few flat lists per request instead of a dict and a Logprob object per generated token:
+            # fewer allocations in the frontend, which shares its process (and GIL) with the env loop
+            fields["flat_logprobs"] = True
+        fields.update(self.sampling_kwargs)
         fields.update(overrides)
         return SamplingParams(**fields)
 
