@@ -47,6 +47,12 @@ Where the time goes (the breakdown table, per variant, for its median run; summe
 - ``CPU/wall``: all of the above over the wall time: how many cores the run kept busy. The wall
   time cannot be below (total CPU) / (cores available).
 
+``call overhead by stage`` splits the sleeping run's per-call overhead (``SandboxResult.stages``):
+``to_server`` (the client submitted -> the server read the request), ``queued`` (-> handed to a worker),
+``to_worker`` (-> the worker started the code), ``from_worker`` (the code ended -> the server had the
+result), ``to_client`` (-> the client's reader thread delivered it; this includes waiting for the GIL
+while the event loop's thread runs env code), for a worker's first call and for later calls of a session.
+
 Env construction is excluded from every wall time (reported separately); resets are included (they
 happen inside the runner); closing the run's sandbox sessions is not (it is done after each run and
 its CPU counted). Each variant runs ``--repeats`` times, alternating, on the same envs but
@@ -272,6 +278,9 @@ class Player:
             "policy": policy_timer.total, "sandbox submit": self.timers["sandbox submit"].total if sandbox else 0.0,
             "server_cpu": server_cpu, "worker_cpu": worker_cpu, "gc": result.stats["gc_s"],
             "latency": [r.latency_s for r in sandbox_results], "overhead": [r.overhead_s for r in sandbox_results],
+            # a session's first call is the first its (pre-forked) worker serves: it says how long the worker took to start
+            "stages": {"first": [r.stages for r in sandbox_results if r.stages and r.worker_setup_s is not None],
+                       "later": [r.stages for r in sandbox_results if r.stages and r.worker_setup_s is None]},
             "generate_calls": s["generate_calls"], "mean_batch": s["mean_batch_size"], "step_p50": s["step_latency_p50_s"],
             "max_in_flight": s["max_in_flight"], "forks": forks,
         }
@@ -300,6 +309,7 @@ def _merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
         merged[key] = sum(p[key] for p in parts)
     merged["latency"] = [x for p in parts for x in p["latency"]]
     merged["overhead"] = [x for p in parts for x in p["overhead"]]
+    merged["stages"] = {k: [x for p in parts for x in p["stages"][k]] for k in ("first", "later")}
     merged["mean_batch"] = statistics.fmean(p["mean_batch"] for p in parts)
     merged["step_p50"] = statistics.median(p["step_p50"] for p in parts)
     return merged
@@ -423,6 +433,12 @@ def main() -> None:
         f"sandbox workers forked inside the timed run ({VARIANTS[0]}): {r['forks']} for {n} episodes "
         f"(prefork {args.prefork} per server, refill {args.prefork_refill})"
     )
+    for which, calls in r["stages"].items():
+        if calls:
+            parts = ", ".join(f"{k} {ms(statistics.median(c[k] for c in calls)).strip()}/{ms(pct([c[k] for c in calls], 0.95)).strip()}"
+                              for k in calls[0])
+            label = "a worker's first call" if which == "first" else "later calls of a session"
+            print(f"call overhead by stage ({VARIANTS[0]}, {label}, {len(calls)} calls; p50/p95): {parts}")
     if workers == 1:
         player.close()
 

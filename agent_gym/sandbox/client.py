@@ -49,6 +49,19 @@ def _frame(obj: Any) -> bytes:
     return _HEADER.pack(len(data)) + data
 
 
+_STAGE_MARKS = ("t_recv", "t_dispatch", "t_exec0", "t_exec1", "t_done")
+
+
+def _stages(msg: dict[str, Any], t_submit: float, t_delivered: float) -> dict[str, float] | None:
+    """``SandboxResult.stages`` from the server's timestamps (the same monotonic clock as ours)."""
+    marks = [msg.get(k) for k in _STAGE_MARKS]
+    if not all(isinstance(m, (int, float)) and m > 0 for m in marks):
+        return None
+    recv, dispatch, exec0, exec1, done = marks
+    return {"to_server": recv - t_submit, "queued": dispatch - recv, "to_worker": exec0 - dispatch,
+            "from_worker": done - exec1, "to_client": t_delivered - done}
+
+
 class _Connection:
     """One running server: its process, socket and I/O threads."""
 
@@ -197,7 +210,8 @@ class _Connection:
         if msg.get("op") != "result":
             future.set_result(msg)
             return
-        latency = time.monotonic() - t_submit
+        delivered = time.monotonic()
+        latency = delivered - t_submit
         exec_s = float(msg.get("exec_s") or 0.0)
         result = SandboxResult(
             kind=msg.get("kind", "error"),
@@ -213,6 +227,7 @@ class _Connection:
             state_reset=bool(msg.get("state_reset")),
             violations=tuple(msg.get("violations") or ()),
             worker_setup_s=msg.get("setup_s"),
+            stages=_stages(msg, t_submit, delivered),
             output_limit=self.config.output_bytes,
         )
         if not future.done():

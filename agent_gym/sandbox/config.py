@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Mapping
 
 __all__ = ["PREFORK_REFILL_MODES", "RESULT_KINDS", "ResultKind", "SandboxConfig", "SandboxResult"]
 
@@ -141,6 +141,11 @@ class SandboxResult:
         violations: forbidden operations the code attempted but caught itself (kind stays ``ok``).
         worker_setup_s: on the first call a worker serves: how long the worker took from its fork to
             being ready (locking itself down); ``None`` on later calls of a session.
+        stages: where ``overhead_s`` went, in seconds: ``to_server`` (submitted -> the server read the
+            request), ``queued`` (-> handed to a worker), ``to_worker`` (-> the worker started the code),
+            ``from_worker`` (the code ended -> the server had the result), ``to_client`` (-> the client's
+            reader thread delivered it). They and ``exec_s`` add up to ``latency_s`` (one host's
+            monotonic clock). ``None`` when the worker did not report (e.g. it was killed).
         output_limit: the ``output_bytes`` limit in force (for the truncation note).
     """
 
@@ -157,6 +162,7 @@ class SandboxResult:
     state_reset: bool = False
     violations: tuple[str, ...] = field(default_factory=tuple)
     worker_setup_s: float | None = None
+    stages: Mapping[str, float] | None = None
     output_limit: int = 0
 
     @property

@@ -63,6 +63,9 @@ def test_ok_output_and_last_expression(sandbox):
     assert result.output == "x is 6\n42\n"
     assert result.text() == "x is 6\n42"
     assert result.exec_s >= 0 and result.latency_s >= result.exec_s and result.overhead_s >= 0
+    assert set(result.stages) == {"to_server", "queued", "to_worker", "from_worker", "to_client"}
+    assert all(v >= 0 for v in result.stages.values())
+    assert sum(result.stages.values()) + result.exec_s == pytest.approx(result.latency_s, abs=1e-6)
     assert set(RESULT_KINDS) == {"ok", "timeout", "memory", "output_truncated", "forbidden", "error"}
 
 
@@ -83,6 +86,7 @@ def test_infinite_loop_is_stopped(sandbox):
     result = sandbox.run("import time\ntime.sleep(60)", timeout_s=0.5)
     assert (result.kind, result.detail) == ("timeout", "wall")
     assert "0.5 s" in result.error
+    assert result.stages is None  # the worker was killed and reported nothing
     healthy(sandbox)
 
 
