@@ -45,8 +45,8 @@ def completion_to_generation(completion: Any, *, with_logprobs: bool) -> Generat
         completion: the finished output of a request (``request_output.outputs[0]``).
         with_logprobs: the request asked for log-probs (``SamplingParams(logprobs=0)``). vLLM returns
             them either as a ``{token_id: Logprob}`` dict per position that contains the sampled id,
-            or (``flat_logprobs=True``, where vLLM has it; 0.24 does) as one ``FlatLogprobs`` whose flat lists hold the
-            sampled id first at each position's start index.
+            or (``flat_logprobs=True``, where vLLM has it; 0.24 does) as one ``FlatLogprobs`` whose
+            flat lists hold the sampled id first at each position's start index.
 
     Raises:
         RuntimeError: the request was aborted or did not finish (vLLM's ``finish_reason`` is neither

@@ -19,6 +19,7 @@ def test_sandbox_benchmark_reports_stages_for_first_and_later_calls():
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
     assert "4 GSM8KPython episodes in flight, 3 tool turns sleeping 10 ms" in out
+    assert "WARNING" not in out  # every episode made its 4 turns and every sandbox call was ok
     assert re.search(r"sandbox workers forked inside the timed run \(sleeping code\): 0 for 4 episodes", out), out
     # 4 sessions: each worker's first call, then 2 more calls per session
     first = re.search(r"call overhead by stage \(sleeping code, a worker's first call, (\d+) calls; p50/p95\): (.*)", out)
