@@ -43,6 +43,7 @@ from typing import Any
 import gymnasium as gym
 
 import agent_gym  # noqa: F401  (registers the envs)
+from agent_gym.cli.main import positive_int
 from agent_gym.rollout.async_runner import arun_episodes
 from agent_gym.rollout.policy import Generation
 
@@ -105,7 +106,7 @@ def main() -> None:
     parser.add_argument("--sampling-kwargs", default="{}",
                         help='JSON SamplingParams fields for every request, env and raw runs alike, e.g. \'{"flat_logprobs": false}\' (default: none)')
     parser.add_argument("--no-logprobs", action="store_true", help="requests ask for no log-probs (env and raw runs alike)")
-    parser.add_argument("--repeats", type=_positive_int, default=2, help="runs of each variant, alternating (default: %(default)s)")
+    parser.add_argument("--repeats", type=positive_int, default=2, help="runs of each variant, alternating (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="episode i is reset with seed SEED+i (default: %(default)s)")
     gc_mode = parser.add_mutually_exclusive_group()
     gc_mode.add_argument("--gc-freeze", action="store_true",
@@ -219,13 +220,6 @@ def _report(runs: dict[str, list[dict[str, Any]]], concurrency: int, label: str)
           f"{', '.join(str(r['gc_full_collections']) for r in runs['env'])}; longest "
           f"{max(r['gc_longest_ms'] for r in runs['env']):.0f} ms{', after gc.freeze()' if e['gc_frozen'] else ''})")
     return {"medians": med, "ratio_env_raw": ratio, "ratio_env_raw_turns": ratio_turns}
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def _start_py_spy(path: str) -> subprocess.Popen | None:

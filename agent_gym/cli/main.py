@@ -71,7 +71,8 @@ class UsageError(Exception):
     """A mistake of the user's: reported as one line, exit status 2."""
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
+    """``argparse`` type for counts (episodes, repeats, ...): an int >= 1, else a one-line error."""
     try:
         value = int(text)
     except ValueError:
@@ -147,14 +148,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_env_options(p)
     p.add_argument("--model", default=None, help="HF model folder or hub name, or a .gguf file (default: the embedded SmolLM2-135M-Instruct)")
-    p.add_argument("--episodes", type=_positive_int, default=20, help="episodes to run (default: %(default)s)")
+    p.add_argument("--episodes", type=positive_int, default=20, help="episodes to run (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="episode i uses seed SEED+i; also seeds sampling (default: %(default)s)")
     p.add_argument("--backend", choices=("transformers", "vllm"), default="transformers",
                    help="transformers (CPU or GPU, batches of --batch-size) or vllm (GPU: one AsyncLLM request "
                    "per episode, --batch-size episodes in flight; --model must be a Hugging Face folder) "
                    "(default: %(default)s)")
-    p.add_argument("--batch-size", type=_positive_int, default=8, help="episodes generated together (default: %(default)s)")
-    p.add_argument("--max-new-tokens", type=_positive_int, default=512, help="token limit of each assistant turn (default: %(default)s)")
+    p.add_argument("--batch-size", type=positive_int, default=8, help="episodes generated together (default: %(default)s)")
+    p.add_argument("--max-new-tokens", type=positive_int, default=512, help="token limit of each assistant turn (default: %(default)s)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 decodes greedily (default: %(default)s)")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... or auto (transformers backend; default: %(default)s)")
     p.add_argument("--gpu-memory-utilization", type=float, default=0.5, help="vLLM's share of the GPU (vllm backend; default: %(default)s)")
