@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import json
 import os
@@ -38,7 +39,7 @@ import signal
 import statistics
 import subprocess
 import time
-from typing import Any
+from typing import Any, Iterator
 
 import gymnasium as gym
 
@@ -114,11 +115,16 @@ def main() -> None:
     gc_mode.add_argument("--gc-ab", action="store_true",
                          help="alternate repeats (A B B A ...) between the normal collector and gc.freeze() (gc.unfreeze() in between) "
                          "on the same engine, and report each half's medians: an A/B without a second engine start")
+    parser.add_argument("--gc-off", action="store_true",
+                        help="gc.disable() during every timed run (env and raw alike) and gc.collect() after it, untimed: "
+                        "what the collector's stalls cost (the collection's time is reported as gc_after_s)")
     parser.add_argument("--py-spy", metavar="PREFIX",
                         help="sample this process and its children (vLLM's engine core) with py-spy (on PATH) during each env run, 250 Hz, per thread; "
                         "raw collapsed stacks go to PREFIX-<repeat>.txt")
     parser.add_argument("--out", help="write all numbers as JSON here")
     args = parser.parse_args()
+    if args.gc_off and args.gc_ab:
+        parser.error("--gc-off and --gc-ab measure different things; pick one")
 
     from agent_gym.rollout.vllm import VLLMPolicy
 
@@ -150,10 +156,11 @@ def main() -> None:
         tracked.events.clear()
         sampler = _start_py_spy(f"{args.py_spy}-{repeat + 1}.txt") if args.py_spy else None
         try:
-            result = asyncio.run(
-                arun_episodes(envs, tracked, episodes=args.episodes, base_seed=args.seed, concurrency=args.concurrency,
-                              max_new_tokens=args.max_new_tokens, progress=True)
-            )
+            with _collector_paused(args.gc_off) as after:
+                result = asyncio.run(
+                    arun_episodes(envs, tracked, episodes=args.episodes, base_seed=args.seed, concurrency=args.concurrency,
+                                  max_new_tokens=args.max_new_tokens, progress=True)
+                )
         finally:
             if sampler is not None:
                 _stop_py_spy(sampler)
@@ -173,13 +180,15 @@ def main() -> None:
             "step_latency_p95_ms": 1e3 * stats["step_latency_p95_s"], "reset_s_summed": stats["reset_s"],
             "no_request_in_flight_s": timeline["idle_s"], "mean_requests_in_flight": timeline["mean_in_flight"],
             "gc_s": stats["gc_s"], "gc_longest_ms": 1e3 * stats["gc_longest_s"], "gc_full_collections": stats["gc_full_collections"],
-            "gc_frozen": frozen,
+            "gc_frozen": frozen, "gc_off": args.gc_off, "gc_after_s": after.get("s", 0.0),
         })
         first = [([int(x) for x in t.steps[0].prompt_ids], sum(len(s.response_ids) for s in t.steps)) for t in trajectories]
         every = [([int(x) for x in s.prompt_ids], len(s.response_ids)) for t in trajectories for s in t.steps]
         for name, jobs in (("raw", first), ("raw_turns", every)):
-            wall, tokens = asyncio.run(_raw(policy, jobs))
-            runs[name].append({"wall_s": wall, "tokens": tokens, "tokens_per_s": tokens / wall, "requests": len(jobs), "gc_frozen": frozen})
+            with _collector_paused(args.gc_off) as after:
+                wall, tokens = asyncio.run(_raw(policy, jobs))
+            runs[name].append({"wall_s": wall, "tokens": tokens, "tokens_per_s": tokens / wall, "requests": len(jobs), "gc_frozen": frozen,
+                               "gc_after_s": after.get("s", 0.0)})
         print(f"repeat {repeat + 1}{' (gc frozen)' if frozen else ''}: "
               + ", ".join(f"{k} {v[-1]['tokens_per_s']:,.0f} tok/s" for k, v in runs.items()), flush=True)
     policy.close()
@@ -190,7 +199,7 @@ def main() -> None:
                   for label, frozen in (("normal", False), ("frozen", True))}
     print(f"\n{args.env}, {args.episodes} episodes, {args.concurrency} in flight, max {args.max_new_tokens} tokens/turn, "
           f"temperature {args.temperature}; engine kwargs {args.engine_kwargs}; sampling kwargs {args.sampling_kwargs}"
-          f"{'; no log-probs' if args.no_logprobs else ''}; engine start {engine_start_s:.1f} s, envs built {env_build_s:.1f} s")
+          f"{'; no log-probs' if args.no_logprobs else ''}{'; collector off during runs' if args.gc_off else ''}; engine start {engine_start_s:.1f} s, envs built {env_build_s:.1f} s")
     summary = {label: _report(group, args.concurrency, label) for label, group in groups.items() if group["env"]}
     if args.out:
         with open(args.out, "w") as f:
@@ -218,8 +227,27 @@ def _report(runs: dict[str, list[dict[str, Any]]], concurrency: int, label: str)
           f"{e['wall_s']:.2f} s; mean requests in flight {e['mean_requests_in_flight']:.0f} of {concurrency}; "
           f"garbage collector {e['gc_s']:.2f} s (full collections per run: "
           f"{', '.join(str(r['gc_full_collections']) for r in runs['env'])}; longest "
-          f"{max(r['gc_longest_ms'] for r in runs['env']):.0f} ms{', after gc.freeze()' if e['gc_frozen'] else ''})")
+          f"{max(r['gc_longest_ms'] for r in runs['env']):.0f} ms{', after gc.freeze()' if e['gc_frozen'] else ''})"
+          + (f"; collector off, one collection after the run took {e['gc_after_s']:.2f} s" if e["gc_off"] else ""))
     return {"medians": med, "ratio_env_raw": ratio, "ratio_env_raw_turns": ratio_turns}
+
+
+@contextlib.contextmanager
+def _collector_paused(paused: bool) -> Iterator[dict[str, float]]:
+    """With ``paused``: the cyclic garbage collector off inside the block, then one full collection,
+    whose duration goes in the yielded dict (``"s"``). Without: nothing changes."""
+    times: dict[str, float] = {}
+    if not paused:
+        yield times
+        return
+    gc.disable()
+    try:
+        yield times
+    finally:
+        gc.enable()
+        t0 = time.perf_counter()
+        gc.collect()
+        times["s"] = time.perf_counter() - t0
 
 
 def _start_py_spy(path: str) -> subprocess.Popen | None:

@@ -400,8 +400,8 @@ def main() -> None:
         r = medians[name] = min(rs, key=lambda r: abs(r["wall"] - walls[name]))  # the median run
         lat = f"{ms(statistics.median(r['latency']))} {ms(pct(r['latency'], 0.95))}" if r["latency"] else f"{'-':>11s} {'-':>11s}"
         ov = ms(statistics.median(r["overhead"])) if r["overhead"] else f"{'-':>11s}"
-        every = " ".join(f"{x['wall']:.2f}" for x in rs)
-        print(f"{name:24s} {walls[name]:7.2f}s {walls[name] / ideal:7.1f}x {lat} {ov:>13s}  [{every}]")
+        every = " ".join(f"{x['wall']:.3f}" for x in rs)  # (3 decimals: 1.5x of 150 ms is 0.225 s)
+        print(f"{name:24s} {walls[name]:7.3f}s {walls[name] / ideal:7.2f}x {lat} {ov:>13s}  [{every}]")
     print(f"ideal (turns x sleep, episodes concurrent): {ideal * 1e3:.0f} ms")
 
     print(f"\nwhere the time goes (seconds, median run, summed over {workers} process{'es' if workers > 1 else ''}; see --help)")

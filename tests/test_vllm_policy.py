@@ -357,3 +357,38 @@ def test_rollout_benchmark_gc_ab_reports_each_half(fake_vllm, tokenizer, tmp_pat
     raw = [r for r in engine.requests if r[1].__dict__.get("ignore_eos")]
     assert raw and all(r[1].min_tokens == r[1].max_tokens for r in raw)  # raw runs ask for exact token counts
     assert engine.shut_down
+
+
+def test_rollout_benchmark_gc_off_pauses_the_collector_only_inside_runs(fake_vllm, tokenizer, tmp_path, monkeypatch, capsys):
+    """--gc-off: no collection during any timed run (env and raw alike), one after each, and the
+    collector is on again afterwards; --gc-off with --gc-ab is refused."""
+    template = ChatTemplate(tokenizer)
+    answer = template.encode("#### 18") + list(template.end_of_turn_ids)
+    fake_vllm.next_engine = FakeEngine(lambda prompt: answer)
+    seen: list[bool] = []  # the collector's state whenever the fake engine is asked for tokens
+    real_generate = FakeEngine.generate
+
+    async def watching_generate(self, *args, **kwargs):
+        seen.append(gc.isenabled())
+        async for item in real_generate(self, *args, **kwargs):
+            yield item
+
+    monkeypatch.setattr(FakeEngine, "generate", watching_generate)
+    out = tmp_path / "tp.json"
+    monkeypatch.setattr(sys, "argv", ["rollout_throughput.py", "--model", DEFAULT_MODEL, "--episodes", "4", "--concurrency", "2",
+                                      "--repeats", "2", "--gc-off", "--out", str(out)])
+    runpy.run_path(str(BENCHMARK), run_name="__main__")
+    text = capsys.readouterr().out
+    data = json.loads(out.read_text())
+    assert gc.isenabled()
+    # the 8 warm-up requests ran with the collector on; then per repeat 4 env turns, 4 raw and 4 raw_turns requests without
+    assert seen == [True] * 8 + [False] * 2 * (4 + 4 + 4)
+    for name in ("env", "raw", "raw_turns"):
+        assert all(r["gc_after_s"] > 0 for r in data["runs"][name]), name
+    assert all(r["gc_off"] and r["gc_full_collections"] == 0 and r["gc_s"] == 0.0 for r in data["runs"]["env"])
+    assert "collector off during runs" in text and "collector off, one collection after the run took" in text
+
+    monkeypatch.setattr(sys, "argv", ["rollout_throughput.py", "--model", DEFAULT_MODEL, "--gc-off", "--gc-ab"])
+    with pytest.raises(SystemExit):
+        runpy.run_path(str(BENCHMARK), run_name="__main__")
+    assert "--gc-off and --gc-ab measure different things; pick one" in capsys.readouterr().err
