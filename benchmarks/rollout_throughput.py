@@ -11,7 +11,13 @@ Three measurements on one ``AsyncLLM`` engine (:class:`agent_gym.rollout.vllm.VL
   over all its turns (``ignore_eos``, ``min_tokens``), all submitted at once: what vLLM does with
   the same prompts and token count when nothing waits for an env;
 - ``raw_turns``: every turn's actual prompt (the full context at that turn) with that turn's token
-  count, all at once: the same prefill and decode work without the turn-by-turn dependency.
+  count, all at once: the same prefill and decode work without the turn-by-turn dependency (vLLM
+  may run more of them at once than there are episodes in flight);
+- ``raw_turns_capped`` (``--raw-turns-capped``): the same requests, turn by turn in order, with at most
+  ``--concurrency`` in flight: the same work and parallelism as the env run, without waiting for envs.
+
+Before the timed runs, one untimed env run warms the engine up for this workload (``--no-warmup-run``
+skips it): the first run on a fresh engine was up to half as fast as later ones on the H200s.
 
 The P3 ratio is ``env tokens/s / raw tokens/s`` (target >= 0.8). Where the rest goes is reported
 from the env run: summed env-step and reset time, and a timeline of requests in flight (the time
@@ -83,11 +89,18 @@ class InFlightTracker:
         return {"idle_s": idle, "mean_in_flight": weighted / wall if wall > 0 else 0.0}
 
 
-async def _raw(policy: Any, jobs: list[tuple[list[int], int]]) -> tuple[float, int]:
+async def _raw(policy: Any, jobs: list[tuple[list[int], int]], limit: int | None = None) -> tuple[float, int]:
+    """Ask for every job's exact token count; all at once, or at most ``limit`` in flight (in job order)."""
+    gate = asyncio.Semaphore(limit) if limit else None
+
+    async def one(prompt: list[int], n: int) -> Generation:
+        if gate is None:
+            return await policy.agenerate(prompt, max_new_tokens=n, ignore_eos=True, min_tokens=n)
+        async with gate:
+            return await policy.agenerate(prompt, max_new_tokens=n, ignore_eos=True, min_tokens=n)
+
     started = time.perf_counter()
-    outs = await asyncio.gather(
-        *(policy.agenerate(p, max_new_tokens=n, ignore_eos=True, min_tokens=n) for p, n in jobs if n > 0)
-    )
+    outs = await asyncio.gather(*(one(p, n) for p, n in jobs if n > 0))
     wall = time.perf_counter() - started
     return wall, sum(len(g.ids) for g in outs)
 
@@ -115,6 +128,9 @@ def main() -> None:
     gc_mode.add_argument("--gc-ab", action="store_true",
                          help="alternate repeats (A B B A ...) between the normal collector and gc.freeze() (gc.unfreeze() in between) "
                          "on the same engine, and report each half's medians: an A/B without a second engine start")
+    parser.add_argument("--raw-turns-capped", action="store_true",
+                        help="also run every turn's requests in turn order with at most --concurrency in flight (raw_turns_capped)")
+    parser.add_argument("--no-warmup-run", action="store_true", help="skip the untimed env run before the timed ones")
     parser.add_argument("--gc-off", action="store_true",
                         help="gc.disable() during every timed run (env and raw alike) and gc.collect() after it, untimed: "
                         "what the collector's stalls cost (the collection's time is reported as gc_after_s)")
@@ -143,7 +159,12 @@ def main() -> None:
         gc.collect()
         gc.freeze()
 
+    if not args.no_warmup_run:  # untimed: vLLM's first run of a workload is slower than the rest
+        asyncio.run(arun_episodes(envs, policy, episodes=args.episodes, base_seed=args.seed, concurrency=args.concurrency,
+                                  max_new_tokens=args.max_new_tokens))
     runs: dict[str, list[dict[str, Any]]] = {"env": [], "raw": [], "raw_turns": []}
+    if args.raw_turns_capped:
+        runs["raw_turns_capped"] = []
     for repeat in range(args.repeats):
         # --gc-ab runs A B B A A B B A ...: neither half always gets the first run after the warm-up
         frozen = args.gc_freeze or (args.gc_ab and repeat % 4 in (1, 2))
@@ -183,10 +204,15 @@ def main() -> None:
             "gc_frozen": frozen, "gc_off": args.gc_off, "gc_after_s": after.get("s", 0.0),
         })
         first = [([int(x) for x in t.steps[0].prompt_ids], sum(len(s.response_ids) for s in t.steps)) for t in trajectories]
-        every = [([int(x) for x in s.prompt_ids], len(s.response_ids)) for t in trajectories for s in t.steps]
-        for name, jobs in (("raw", first), ("raw_turns", every)):
+        steps = [(s.step, ([int(x) for x in s.prompt_ids], len(s.response_ids))) for t in trajectories for s in t.steps]
+        every = [job for _, job in steps]
+        by_turn = [job for _, job in sorted(steps, key=lambda x: x[0])]  # (stable: episode order within a turn)
+        variants = [("raw", first, None), ("raw_turns", every, None)]
+        if args.raw_turns_capped:
+            variants.append(("raw_turns_capped", by_turn, args.concurrency))
+        for name, jobs, limit in variants:
             with _collector_paused(args.gc_off) as after:
-                wall, tokens = asyncio.run(_raw(policy, jobs))
+                wall, tokens = asyncio.run(_raw(policy, jobs, limit))
             runs[name].append({"wall_s": wall, "tokens": tokens, "tokens_per_s": tokens / wall, "requests": len(jobs), "gc_frozen": frozen,
                                "gc_after_s": after.get("s", 0.0)})
         print(f"repeat {repeat + 1}{' (gc frozen)' if frozen else ''}: "
@@ -217,10 +243,13 @@ def _report(runs: dict[str, list[dict[str, Any]]], concurrency: int, label: str)
     print(f"  env-driven : {e['tokens_per_s']:>9,.0f} tok/s  ({e['tokens']:,.0f} tokens in {e['wall_s']:.2f} s; "
           f"{e['mean_turns']:.2f} turns/episode, max {e['max_turns']:.0f}, {e['multi_turn_episodes']:.0f} multi-turn, "
           f"{e['tool_calls']:.0f} tool calls, reward {e['mean_reward']:.3f})")
-    for name in ("raw", "raw_turns"):
+    baselines = [name for name in runs if name != "env"]
+    for name in baselines:
         r = med[name]
         print(f"  {name:<11}: {r['tokens_per_s']:>9,.0f} tok/s  ({r['tokens']:,.0f} tokens in {r['wall_s']:.2f} s, {r['requests']:.0f} requests)")
-    print(f"  ratio env/raw = {ratio:.2f} (target >= 0.8); env/raw_turns = {ratio_turns:.2f}")
+    capped = med["env"]["tokens_per_s"] / med["raw_turns_capped"]["tokens_per_s"] if "raw_turns_capped" in med else None
+    print(f"  ratio env/raw = {ratio:.2f} (target >= 0.8); env/raw_turns = {ratio_turns:.2f}"
+          + (f"; env/raw_turns_capped = {capped:.2f}" if capped is not None else ""))
     print(f"  where the env run's time goes: env steps {e['env_step_s_summed']:.2f} s summed over episodes "
           f"(p50 {e['step_latency_p50_ms']:.2f} ms, p95 {e['step_latency_p95_ms']:.2f} ms per step), resets "
           f"{e['reset_s_summed']:.2f} s summed; no request in flight for {e['no_request_in_flight_s']:.2f} s of "
@@ -229,7 +258,10 @@ def _report(runs: dict[str, list[dict[str, Any]]], concurrency: int, label: str)
           f"{', '.join(str(r['gc_full_collections']) for r in runs['env'])}; longest "
           f"{max(r['gc_longest_ms'] for r in runs['env']):.0f} ms{', after gc.freeze()' if e['gc_frozen'] else ''})"
           + (f"; collector off, one collection after the run took {e['gc_after_s']:.2f} s" if e["gc_off"] else ""))
-    return {"medians": med, "ratio_env_raw": ratio, "ratio_env_raw_turns": ratio_turns}
+    ratios = {"ratio_env_raw": ratio, "ratio_env_raw_turns": ratio_turns}
+    if capped is not None:
+        ratios["ratio_env_raw_turns_capped"] = capped
+    return {"medians": med, **ratios}
 
 
 @contextlib.contextmanager

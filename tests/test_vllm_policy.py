@@ -381,8 +381,9 @@ def test_rollout_benchmark_gc_off_pauses_the_collector_only_inside_runs(fake_vll
     text = capsys.readouterr().out
     data = json.loads(out.read_text())
     assert gc.isenabled()
-    # the 8 warm-up requests ran with the collector on; then per repeat 4 env turns, 4 raw and 4 raw_turns requests without
-    assert seen == [True] * 8 + [False] * 2 * (4 + 4 + 4)
+    # the 8 warm-up requests and the untimed env run's 4 ran with the collector on; then per repeat 4 env turns,
+    # 4 raw and 4 raw_turns requests without
+    assert seen == [True] * (8 + 4) + [False] * 2 * (4 + 4 + 4)
     for name in ("env", "raw", "raw_turns"):
         assert all(r["gc_after_s"] > 0 for r in data["runs"][name]), name
     assert all(r["gc_off"] and r["gc_full_collections"] == 0 and r["gc_s"] == 0.0 for r in data["runs"]["env"])
@@ -392,3 +393,51 @@ def test_rollout_benchmark_gc_off_pauses_the_collector_only_inside_runs(fake_vll
     with pytest.raises(SystemExit):
         runpy.run_path(str(BENCHMARK), run_name="__main__")
     assert "--gc-off and --gc-ab measure different things; pick one" in capsys.readouterr().err
+
+
+def test_rollout_benchmark_capped_turns_keep_concurrency_and_turn_order(fake_vllm, tokenizer, tmp_path, monkeypatch, capsys):
+    """--raw-turns-capped replays every turn's request in turn order with at most --concurrency in flight
+    (raw_turns submits them all at once); the untimed warm-up env run comes first unless --no-warmup-run."""
+    template = ChatTemplate(tokenizer)
+    eot = list(template.end_of_turn_ids)
+    call = template.encode('<tool_call>\n{"name": "calculator", "arguments": {"expression": "3 * 6"}}\n</tool_call>') + eot
+    answer = template.encode("#### 18") + eot
+
+    def made_call(prompt):
+        return any(prompt[i : i + len(call)] == call for i in range(len(prompt) - len(call) + 1))
+
+    seen: list[tuple[bool, int, bool]] = []  # per request: raw (ignore_eos), requests in flight with it, a call in the prompt
+    in_flight = [0]
+    real_generate = FakeEngine.generate
+
+    async def counting_generate(self, prompt, params, request_id):
+        in_flight[0] += 1
+        seen.append((bool(params.__dict__.get("ignore_eos")), in_flight[0], made_call(list(prompt["prompt_token_ids"]))))
+        try:
+            await asyncio.sleep(0.001)  # (long enough for every request submitted at once to be in flight together)
+            async for item in real_generate(self, prompt, params, request_id):
+                yield item
+        finally:
+            in_flight[0] -= 1
+
+    monkeypatch.setattr(FakeEngine, "generate", counting_generate)
+    out = tmp_path / "tp.json"
+    for warmup in (True, False):
+        seen.clear()
+        fake_vllm.next_engine = FakeEngine(lambda prompt: answer if made_call(prompt) else call)
+        argv = ["rollout_throughput.py", "--model", DEFAULT_MODEL, "--episodes", "6", "--concurrency", "3", "--repeats", "1",
+                "--raw-turns-capped", "--out", str(out)] + ([] if warmup else ["--no-warmup-run"])
+        monkeypatch.setattr(sys, "argv", argv)
+        runpy.run_path(str(BENCHMARK), run_name="__main__")
+        text = capsys.readouterr().out
+        # 8 engine warm-up requests, the untimed env run's 12 turns (6 episodes x 2), the timed env run's 12
+        assert sum(not raw for raw, _, _ in seen) == 8 + (12 if warmup else 0) + 12
+        raw = [r for r in seen if r[0]]
+        assert len(raw) == 6 + 12 + 12  # raw (a request per episode), raw_turns, raw_turns_capped
+        raw_turns, capped = raw[6:18], raw[18:]
+        assert max(n for _, n, _ in raw_turns) == 12  # all at once
+        assert max(n for _, n, _ in capped) == 3  # never more than --concurrency
+        assert [c for _, _, c in capped] == [False] * 6 + [True] * 6  # every first turn before any second turn
+    data = json.loads(out.read_text())
+    assert data["ratio_env_raw_turns_capped"] == data["medians"]["env"]["tokens_per_s"] / data["medians"]["raw_turns_capped"]["tokens_per_s"]
+    assert "raw_turns_capped:" in text and "env/raw_turns_capped = " in text
