@@ -91,11 +91,9 @@ class InFlightTracker:
 
 async def _raw(policy: Any, jobs: list[tuple[list[int], int]], limit: int | None = None) -> tuple[float, int]:
     """Ask for every job's exact token count; all at once, or at most ``limit`` in flight (in job order)."""
-    gate = asyncio.Semaphore(limit) if limit else None
+    gate = asyncio.Semaphore(limit) if limit else contextlib.nullcontext()
 
     async def one(prompt: list[int], n: int) -> Generation:
-        if gate is None:
-            return await policy.agenerate(prompt, max_new_tokens=n, ignore_eos=True, min_tokens=n)
         async with gate:
             return await policy.agenerate(prompt, max_new_tokens=n, ignore_eos=True, min_tokens=n)
 
