@@ -21,11 +21,13 @@ wall(not sleeping) is the time the sleeps added, which concurrency should keep n
 
 ``--workers N`` splits the episodes over N processes (each with its own event loop, envs and
 sandbox server; started and warmed up before any timing, released together), so that a machine
-with many cores can be used: one Python process steps its envs on one core.
+with many cores can be used: one Python process steps its envs on one core. By default there is one
+process per usable core (on the 32-core H200 hosts 32 and 48 processes did equally well, 16 and 24
+worse).
 
-    python benchmarks/sandbox_throughput.py                     # 512 episodes, stateful sessions
+    python benchmarks/sandbox_throughput.py                     # 512 episodes, stateful sessions, a process per core
     python benchmarks/sandbox_throughput.py --stateless --episodes 256
-    python benchmarks/sandbox_throughput.py --workers 16        # on a 16-core machine
+    python benchmarks/sandbox_throughput.py --workers 1         # every episode in one process
     python benchmarks/sandbox_throughput.py --gc-freeze         # without full GC passes over the imports
 
 Where the time goes (the breakdown table, per variant, for its median run; summed over workers):
@@ -320,7 +322,9 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--episodes", type=int, default=512, help="episodes per run, over all workers; all in flight at once unless --concurrency (default 512)")
-    parser.add_argument("--workers", type=int, default=1, help="processes to split the episodes over, each with its own event loop and sandbox server (default 1)")
+    parser.add_argument("--workers", type=int, default=0,
+                        help="processes to split the episodes over, each with its own event loop and sandbox server "
+                        "(default 0: one per usable core, at most one per episode)")
     parser.add_argument("--concurrency", type=int, default=0, help="episodes in flight per worker process (default: all of its episodes)")
     parser.add_argument("--turns", type=int, default=3, help="tool turns per episode before the answer (default 3)")
     parser.add_argument("--sleep-ms", type=float, default=50.0, help="how long each tool call's code sleeps (default 50)")
@@ -335,10 +339,12 @@ def main() -> None:
     parser.add_argument("--tokenizer", default=None, help="tokenizer path/name (default: the embedded SmolLM2)")
     parser.add_argument("--gc-freeze", action="store_true", help="gc.freeze() after building the envs, so that full collections skip the imported libraries and the envs")
     args = parser.parse_args()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if args.workers == 0:
+        args.workers = max(1, min(cores, args.episodes))
     if args.workers < 1 or args.episodes < args.workers:
-        parser.error("need 1 <= --workers <= --episodes")
+        parser.error("need 1 <= --workers <= --episodes (or 0: one per core)")
 
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     print(f"machine: {os.cpu_count()} cores ({cores} usable), load average {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
     if args.serial_calls:
         call_costs(args.serial_calls)

@@ -19,6 +19,8 @@ def test_sandbox_benchmark_reports_stages_for_first_and_later_calls():
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
     assert "4 GSM8KPython episodes in flight, 3 tool turns sleeping 10 ms" in out
+    processes = min(len(os.sched_getaffinity(0)), 4)  # the default --workers: one process per usable core
+    assert (f"; {processes} worker processes (" if processes > 1 else "; one process") in out, out
     assert "WARNING" not in out  # every episode made its 4 turns and every sandbox call was ok
     assert re.search(r"sandbox workers forked inside the timed run \(sleeping code\): 0 for 4 episodes", out), out
     # 4 sessions: each worker's first call, then 2 more calls per session
