@@ -157,9 +157,12 @@ def main() -> None:
         gc.collect()
         gc.freeze()
 
+    def env_run(generator: Any, progress: bool) -> Any:
+        return asyncio.run(arun_episodes(envs, generator, episodes=args.episodes, base_seed=args.seed, concurrency=args.concurrency,
+                                         max_new_tokens=args.max_new_tokens, progress=progress))
+
     if not args.no_warmup_run:  # untimed: vLLM's first run of a workload is slower than the rest
-        asyncio.run(arun_episodes(envs, policy, episodes=args.episodes, base_seed=args.seed, concurrency=args.concurrency,
-                                  max_new_tokens=args.max_new_tokens))
+        env_run(policy, progress=False)
     runs: dict[str, list[dict[str, Any]]] = {"env": [], "raw": [], "raw_turns": []}
     if args.raw_turns_capped:
         runs["raw_turns_capped"] = []
@@ -176,10 +179,7 @@ def main() -> None:
         sampler = _start_py_spy(f"{args.py_spy}-{repeat + 1}.txt") if args.py_spy else None
         try:
             with _collector_paused(args.gc_off) as after:
-                result = asyncio.run(
-                    arun_episodes(envs, tracked, episodes=args.episodes, base_seed=args.seed, concurrency=args.concurrency,
-                                  max_new_tokens=args.max_new_tokens, progress=True)
-                )
+                result = env_run(tracked, progress=True)
         finally:
             if sampler is not None:
                 _stop_py_spy(sampler)
@@ -201,10 +201,11 @@ def main() -> None:
             "gc_s": stats["gc_s"], "gc_longest_ms": 1e3 * stats["gc_longest_s"], "gc_full_collections": stats["gc_full_collections"],
             "gc_frozen": frozen, "gc_off": args.gc_off, "gc_after_s": after.get("s", 0.0),
         })
-        first = [([int(x) for x in t.steps[0].prompt_ids], sum(len(s.response_ids) for s in t.steps)) for t in trajectories]
-        steps = [(s.step, ([int(x) for x in s.prompt_ids], len(s.response_ids))) for t in trajectories for s in t.steps]
-        every = [job for _, job in steps]
-        by_turn = [job for _, job in sorted(steps, key=lambda x: x[0])]  # (stable: episode order within a turn)
+        per_episode = [[([int(x) for x in s.prompt_ids], len(s.response_ids)) for s in t.steps] for t in trajectories]
+        first = [(jobs[0][0], sum(n for _, n in jobs)) for jobs in per_episode]
+        every = [job for jobs in per_episode for job in jobs]
+        turns = sorted(((turn, job) for jobs in per_episode for turn, job in enumerate(jobs)), key=lambda x: x[0])
+        by_turn = [job for _, job in turns]  # (a stable sort: episode order within a turn)
         variants = [("raw", first, None), ("raw_turns", every, None)]
         if args.raw_turns_capped:
             variants.append(("raw_turns_capped", by_turn, args.concurrency))
@@ -234,20 +235,18 @@ def main() -> None:
 def _report(runs: dict[str, list[dict[str, Any]]], concurrency: int, label: str) -> dict[str, Any]:
     """Print one group's medians and ratios (and where the env run's time went); return them."""
     med = {k: {m: statistics.median(r[m] for r in v) for m in v[0]} for k, v in runs.items()}
-    ratio = med["env"]["tokens_per_s"] / med["raw"]["tokens_per_s"]
-    ratio_turns = med["env"]["tokens_per_s"] / med["raw_turns"]["tokens_per_s"]
+    baselines = [name for name in runs if name != "env"]
+    ratios = {f"ratio_env_{name}": med["env"]["tokens_per_s"] / med[name]["tokens_per_s"] for name in baselines}
     e = med["env"]
     print(f"{label} (medians of {len(runs['env'])}):")
     print(f"  env-driven : {e['tokens_per_s']:>9,.0f} tok/s  ({e['tokens']:,.0f} tokens in {e['wall_s']:.2f} s; "
           f"{e['mean_turns']:.2f} turns/episode, max {e['max_turns']:.0f}, {e['multi_turn_episodes']:.0f} multi-turn, "
           f"{e['tool_calls']:.0f} tool calls, reward {e['mean_reward']:.3f})")
-    baselines = [name for name in runs if name != "env"]
     for name in baselines:
         r = med[name]
         print(f"  {name:<11}: {r['tokens_per_s']:>9,.0f} tok/s  ({r['tokens']:,.0f} tokens in {r['wall_s']:.2f} s, {r['requests']:.0f} requests)")
-    capped = med["env"]["tokens_per_s"] / med["raw_turns_capped"]["tokens_per_s"] if "raw_turns_capped" in med else None
-    print(f"  ratio env/raw = {ratio:.2f} (target >= 0.8); env/raw_turns = {ratio_turns:.2f}"
-          + (f"; env/raw_turns_capped = {capped:.2f}" if capped is not None else ""))
+    print("  ratio " + "; ".join(f"env/{name} = {ratios[f'ratio_env_{name}']:.2f}" + (" (target >= 0.8)" if name == "raw" else "")
+                                 for name in baselines))
     print(f"  where the env run's time goes: env steps {e['env_step_s_summed']:.2f} s summed over episodes "
           f"(p50 {e['step_latency_p50_ms']:.2f} ms, p95 {e['step_latency_p95_ms']:.2f} ms per step), resets "
           f"{e['reset_s_summed']:.2f} s summed; no request in flight for {e['no_request_in_flight_s']:.2f} s of "
@@ -256,9 +255,6 @@ def _report(runs: dict[str, list[dict[str, Any]]], concurrency: int, label: str)
           f"{', '.join(str(r['gc_full_collections']) for r in runs['env'])}; longest "
           f"{max(r['gc_longest_ms'] for r in runs['env']):.0f} ms{', after gc.freeze()' if e['gc_frozen'] else ''})"
           + (f"; collector off, one collection after the run took {e['gc_after_s']:.2f} s" if e["gc_off"] else ""))
-    ratios = {"ratio_env_raw": ratio, "ratio_env_raw_turns": ratio_turns}
-    if capped is not None:
-        ratios["ratio_env_raw_turns_capped"] = capped
     return {"medians": med, **ratios}
 
 
