@@ -88,6 +88,36 @@ class InFlightTracker:
         wall = end - start
         return {"idle_s": idle, "mean_in_flight": weighted / wall if wall > 0 else 0.0}
 
+    def request_stats(self) -> tuple[int, float]:
+        """Requests made since the last ``events.clear()``, and their summed time from call to return."""
+        total, level, t_prev = 0.0, 0, None
+        requests = 0
+        for t, n in self.events:
+            if t_prev is not None:
+                total += level * (t - t_prev)
+            requests += n > level
+            level, t_prev = n, t
+        return requests, total
+
+
+def timed_policy_class() -> type:
+    """``VLLMPolicy`` that sums the time its requests spend on the engine's loop (``engine.generate`` to
+    the final output, ``engine_side_s``): the rest of a request's time from the caller's side is the
+    hand-over between the caller's thread and the engine's."""
+    from agent_gym.rollout.vllm import VLLMPolicy
+
+    class TimedVLLMPolicy(VLLMPolicy):
+        engine_side_s = 0.0
+
+        async def _generate_on_loop(self, prompt: list[int], max_new_tokens: int, overrides: dict[str, Any]) -> Generation:
+            t0 = time.perf_counter()
+            try:
+                return await super()._generate_on_loop(prompt, max_new_tokens, overrides)
+            finally:
+                self.engine_side_s += time.perf_counter() - t0
+
+    return TimedVLLMPolicy
+
 
 async def _raw(policy: Any, jobs: list[tuple[list[int], int]], limit: int | None = None) -> tuple[float, int]:
     """Ask for every job's exact token count; all at once, or at most ``limit`` in flight (in job order)."""
@@ -132,6 +162,9 @@ def main() -> None:
     parser.add_argument("--gc-off", action="store_true",
                         help="gc.disable() during every timed run (env and raw alike) and gc.collect() after it, untimed: "
                         "what the collector's stalls cost (the collection's time is reported as gc_after_s)")
+    parser.add_argument("--one-loop", action="store_true",
+                        help="run every env and raw run on the engine's own event loop (VLLMPolicy.run), so requests reach vLLM "
+                        "without a hand-over between threads (default: on a loop of the main thread, as run_episodes_async does)")
     parser.add_argument("--py-spy", metavar="PREFIX",
                         help="sample this process and its children (vLLM's engine core) with py-spy (on PATH) during each env run, 250 Hz, per thread; "
                         "raw collapsed stacks go to PREFIX-<repeat>.txt")
@@ -140,10 +173,8 @@ def main() -> None:
     if args.gc_off and args.gc_ab:
         parser.error("--gc-off and --gc-ab measure different things; pick one")
 
-    from agent_gym.rollout.vllm import VLLMPolicy
-
     t0 = time.perf_counter()
-    policy = VLLMPolicy(args.model, temperature=args.temperature, gpu_memory_utilization=args.gpu_memory_utilization,
+    policy = timed_policy_class()(args.model, temperature=args.temperature, gpu_memory_utilization=args.gpu_memory_utilization,
                         engine_kwargs=json.loads(args.engine_kwargs), sampling_kwargs=json.loads(args.sampling_kwargs),
                         logprobs=not args.no_logprobs)
     engine_start_s = time.perf_counter() - t0
@@ -157,9 +188,17 @@ def main() -> None:
         gc.collect()
         gc.freeze()
 
+    def on_loop(coro: Any) -> Any:
+        return policy.run(coro) if args.one_loop else asyncio.run(coro)
+
     def env_run(generator: Any, progress: bool) -> Any:
-        return asyncio.run(arun_episodes(envs, generator, episodes=args.episodes, base_seed=args.seed, concurrency=args.concurrency,
-                                         max_new_tokens=args.max_new_tokens, progress=progress))
+        return on_loop(arun_episodes(envs, generator, episodes=args.episodes, base_seed=args.seed, concurrency=args.concurrency,
+                                     max_new_tokens=args.max_new_tokens, progress=progress))
+
+    def handover_ms() -> float:
+        """Mean time per request of the last run spent between the caller's thread and the engine's loop."""
+        requests, seconds = tracked.request_stats()
+        return 1e3 * (seconds - policy.engine_side_s) / requests if requests else 0.0
 
     if not args.no_warmup_run:  # untimed: vLLM's first run of a workload is slower than the rest
         env_run(policy, progress=False)
@@ -176,6 +215,7 @@ def main() -> None:
             else:
                 gc.unfreeze()
         tracked.events.clear()
+        policy.engine_side_s = 0.0
         sampler = _start_py_spy(f"{args.py_spy}-{repeat + 1}.txt") if args.py_spy else None
         try:
             with _collector_paused(args.gc_off) as after:
@@ -199,7 +239,7 @@ def main() -> None:
             "step_latency_p95_ms": 1e3 * stats["step_latency_p95_s"], "reset_s_summed": stats["reset_s"],
             "no_request_in_flight_s": timeline["idle_s"], "mean_requests_in_flight": timeline["mean_in_flight"],
             "gc_s": stats["gc_s"], "gc_longest_ms": 1e3 * stats["gc_longest_s"], "gc_full_collections": stats["gc_full_collections"],
-            "gc_frozen": frozen, "gc_off": args.gc_off, "gc_after_s": after.get("s", 0.0),
+            "gc_frozen": frozen, "gc_off": args.gc_off, "gc_after_s": after.get("s", 0.0), "handover_ms": handover_ms(),
         })
         per_episode = [[([int(x) for x in s.prompt_ids], len(s.response_ids)) for s in t.steps] for t in trajectories]
         first = [(jobs[0][0], sum(n for _, n in jobs)) for jobs in per_episode]
@@ -210,10 +250,12 @@ def main() -> None:
         if args.raw_turns_capped:
             variants.append(("raw_turns_capped", by_turn, args.concurrency))
         for name, jobs, limit in variants:
+            tracked.events.clear()
+            policy.engine_side_s = 0.0
             with _collector_paused(args.gc_off) as after:
-                wall, tokens = asyncio.run(_raw(policy, jobs, limit))
+                wall, tokens = on_loop(_raw(tracked, jobs, limit))
             runs[name].append({"wall_s": wall, "tokens": tokens, "tokens_per_s": tokens / wall, "requests": len(jobs), "gc_frozen": frozen,
-                               "gc_after_s": after.get("s", 0.0)})
+                               "gc_after_s": after.get("s", 0.0), "handover_ms": handover_ms()})
         print(f"repeat {repeat + 1}{' (gc frozen)' if frozen else ''}: "
               + ", ".join(f"{k} {v[-1]['tokens_per_s']:,.0f} tok/s" for k, v in runs.items()), flush=True)
     policy.close()
@@ -223,7 +265,7 @@ def main() -> None:
         groups = {f"gc {label}": {k: [r for r in v if r["gc_frozen"] == frozen] for k, v in runs.items()}
                   for label, frozen in (("normal", False), ("frozen", True))}
     print(f"\n{args.env}, {args.episodes} episodes, {args.concurrency} in flight, max {args.max_new_tokens} tokens/turn, "
-          f"temperature {args.temperature}; engine kwargs {args.engine_kwargs}; sampling kwargs {args.sampling_kwargs}"
+          f"temperature {args.temperature}{'; one event loop' if args.one_loop else ''}; engine kwargs {args.engine_kwargs}; sampling kwargs {args.sampling_kwargs}"
           f"{'; no log-probs' if args.no_logprobs else ''}{'; collector off during runs' if args.gc_off else ''}; engine start {engine_start_s:.1f} s, envs built {env_build_s:.1f} s")
     summary = {label: _report(group, args.concurrency, label) for label, group in groups.items() if group["env"]}
     if args.out:
@@ -244,12 +286,13 @@ def _report(runs: dict[str, list[dict[str, Any]]], concurrency: int, label: str)
           f"{e['tool_calls']:.0f} tool calls, reward {e['mean_reward']:.3f})")
     for name in baselines:
         r = med[name]
-        print(f"  {name:<11}: {r['tokens_per_s']:>9,.0f} tok/s  ({r['tokens']:,.0f} tokens in {r['wall_s']:.2f} s, {r['requests']:.0f} requests)")
+        print(f"  {name:<11}: {r['tokens_per_s']:>9,.0f} tok/s  ({r['tokens']:,.0f} tokens in {r['wall_s']:.2f} s, {r['requests']:.0f} requests; "
+              f"hand-over {r['handover_ms']:.2f} ms per request)")
     print("  ratio " + "; ".join(f"env/{name} = {ratios[f'ratio_env_{name}']:.2f}" + (" (target >= 0.8)" if name == "raw" else "")
                                  for name in baselines))
     print(f"  where the env run's time goes: env steps {e['env_step_s_summed']:.2f} s summed over episodes "
           f"(p50 {e['step_latency_p50_ms']:.2f} ms, p95 {e['step_latency_p95_ms']:.2f} ms per step), resets "
-          f"{e['reset_s_summed']:.2f} s summed; no request in flight for {e['no_request_in_flight_s']:.2f} s of "
+          f"{e['reset_s_summed']:.2f} s summed; hand-over between threads {e['handover_ms']:.2f} ms per request; no request in flight for {e['no_request_in_flight_s']:.2f} s of "
           f"{e['wall_s']:.2f} s; mean requests in flight {e['mean_requests_in_flight']:.0f} of {concurrency}; "
           f"garbage collector {e['gc_s']:.2f} s (full collections per run: "
           f"{', '.join(str(r['gc_full_collections']) for r in runs['env'])}; longest "
