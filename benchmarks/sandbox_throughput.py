@@ -254,7 +254,7 @@ class Player:
         async def main() -> None:  # (the result goes in a box: see run_episodes_async)
             box["result"] = await arun_episodes(
                 envs, policy, episodes=n, base_seed=self.first_seed + (repeat + 1) * args.episodes, concurrency=concurrency,
-                max_new_tokens=512, generate_in_thread=False, max_batch_size=concurrency,
+                max_new_tokens=512, generate_in_thread=False, max_batch_size=concurrency, max_wait_s=args.max_wait_ms / 1e3,
             )
 
         if barrier is not None:
@@ -336,6 +336,8 @@ def main() -> None:
     parser.add_argument("--serial-calls", type=int, default=200, help="calls for the per-call cost (default 200; 0 skips)")
     parser.add_argument("--no-baselines", action="store_true", help="skip the no-sleep and calculator runs")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each variant, alternating; medians are shown (default 3)")
+    parser.add_argument("--max-wait-ms", type=float, default=2.0,
+                        help="how long the runner's batcher waits for more prompts while episodes are still stepping (arun_episodes' max_wait_s; default 2)")
     parser.add_argument("--tokenizer", default=None, help="tokenizer path/name (default: the embedded SmolLM2)")
     parser.add_argument("--gc-freeze", action="store_true", help="gc.freeze() after building the envs, so that full collections skip the imported libraries and the envs")
     args = parser.parse_args()

@@ -167,3 +167,29 @@ def test_stats_report_the_garbage_collections_of_the_run(tokenizer, no_automatic
     assert stats["gc_collections"] == [0, 0, stats["generate_calls"]]
     assert 0 < stats["gc_longest_s"] <= stats["gc_s"] < stats["wall_s"]
     assert gc.callbacks == callbacks  # the timer removed its callback
+
+
+def test_a_cheap_policy_does_not_hold_prompts_back_for_slow_episodes(tokenizer):
+    """The batcher waits for more prompts at most as long as the previous generate call took: with a policy
+    that answers at once, an episode whose calculator step is done is not held back (for up to max_wait_s)
+    until the episode whose sandboxed code sleeps 0.5 s comes back. Both start in one batch; then the
+    calculator episode's two later turns go alone, and so do the sandbox episode's."""
+
+    def reply(text: str, turn: int) -> str:
+        if turn > 2:
+            return "#### 18"
+        if '"name": "python"' in text:
+            return "<tool_call>\n" + json.dumps({"name": "python", "arguments": {"code": "import time\ntime.sleep(0.5)"}}) + "\n</tool_call>"
+        return calc("1 + 1")
+
+    policy = ContentPolicy(tokenizer, reply)
+    envs = [gym.make("AgentR1/GSM8KTool-v0", tokenizer=tokenizer, split="test"),
+            gym.make("AgentR1/GSM8KPython-v0", tokenizer=tokenizer, split="test", sandbox={"prefork": 1})]
+    try:
+        result = run_episodes_async(envs, policy, episodes=2, concurrency=2, max_new_tokens=512, max_wait_s=5.0, generate_in_thread=False)
+    finally:
+        envs[1].close()
+    assert [t.num_turns for t in result.trajectories] == [3, 3]
+    assert result.trajectories[1].final_info["tool_errors"] == 0
+    # with a fixed 5 s wait the calculator episode's prompts would have waited for the sandbox episode's: [2, 2, 2]
+    assert policy.calls == [2, 1, 1, 1, 1]

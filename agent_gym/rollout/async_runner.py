@@ -7,8 +7,9 @@ episodes one after another (episode ``i`` is reset with ``seed=base_seed + i``, 
 - **generation**: its prompt goes to a small batcher, which collects the prompts of every episode
   waiting for tokens and calls ``policy.generate(prompts, max_new_tokens=...)`` once per batch (in a
   worker thread, so the loop keeps stepping envs while the model runs). A batch is sent when every
-  episode in flight is waiting, when it holds ``max_batch_size`` prompts, or ``max_wait_s`` after its
-  first prompt arrived. A policy with ``async def agenerate(prompt, *, max_new_tokens)`` (a server
+  episode in flight is waiting, when it holds ``max_batch_size`` prompts, or once it has waited
+  ``max_wait_s`` for more, or as long as the previous ``generate`` call took if that was shorter
+  (a prompt that misses a batch of a cheap policy waits less for the next one). A policy with ``async def agenerate(prompt, *, max_new_tokens)`` (a server
   engine that batches by itself) is awaited per episode instead (``use_agenerate``);
 - **the env step**: ``await env.astep(ids)`` (the outermost wrapper defining ``astep`` keeps its
   effect; an env without one is stepped in a thread), so tools that wait (the sandbox, HTTP) never
@@ -39,6 +40,9 @@ from agent_gym.rollout.policy import Generation
 from agent_gym.trajectory import StepRecord, Trajectory, TrajectoryWriter
 
 __all__ = ["AsyncRolloutResult", "arun_episodes", "find_astep", "run_episodes_async"]
+
+# epoll (the default selector on Linux) waits whole milliseconds: a timed wait of 0.1 ms takes about 1 ms
+_SHORTEST_WAIT_S = 0.001
 
 
 @dataclass
@@ -81,6 +85,7 @@ class _Batcher:
         self.wake = asyncio.Event()
         self.batch_sizes: list[int] = []
         self.generate_s = 0.0
+        self.last_generate_s: float | None = None  # the previous generate call's duration
 
     async def generate(self, prompt: list[int]) -> Generation:
         future: asyncio.Future[Generation] = asyncio.get_running_loop().create_future()
@@ -98,8 +103,14 @@ class _Batcher:
             self.wake.clear()
             if not self.pending:
                 continue
-            deadline = loop.time() + self.max_wait_s
-            # more prompts can still come while some episode is stepping: wait a little for them
+            # More prompts can still come while some episode is stepping: wait a little for them, but
+            # never longer than a generate call takes. A prompt that misses this batch goes into the
+            # next one, which starts when this one ends, so for a cheap policy (a scripted one, a
+            # cache) waiting the full max_wait_s would only delay every episode on each turn.
+            wait = self.max_wait_s if self.last_generate_s is None else min(self.max_wait_s, self.last_generate_s)
+            if wait < _SHORTEST_WAIT_S:
+                wait = 0.0  # a shorter timed wait would overshoot: the loop's timers wait whole milliseconds
+            deadline = loop.time() + wait
             while len(self.pending) < min(self.max_batch_size, self.active):
                 remaining = deadline - loop.time()
                 if remaining <= 0:
@@ -130,7 +141,8 @@ class _Batcher:
                         future.set_exception(exc)
                 continue
             finally:
-                self.generate_s += time.perf_counter() - started
+                self.last_generate_s = time.perf_counter() - started
+                self.generate_s += self.last_generate_s
             self.batch_sizes.append(len(batch))
             for (_, future), generation in zip(batch, generations):
                 if not future.done():
@@ -169,7 +181,8 @@ async def arun_episodes(
         max_new_tokens: the generation limit of each turn.
         concurrency: episodes in flight at once (one env each).
         max_batch_size: most prompts per ``generate`` call.
-        max_wait_s: how long a batch may wait for more prompts while some episodes are still stepping.
+        max_wait_s: how long a batch may wait for more prompts while some episodes are still stepping;
+            it waits no longer than the previous ``generate`` call took.
         generate_in_thread: call ``generate`` in a worker thread (keep ``True`` for real models; a
             scripted policy is cheaper inline).
         use_agenerate: await ``policy.agenerate`` per episode instead of batching; default: when the
