@@ -20,7 +20,10 @@ Before the timed runs, one untimed env run warms the engine up for this workload
 skips it): the first run on a fresh engine was up to half as fast as later ones on the H200s.
 
 The P3 ratio is ``env tokens/s / raw tokens/s`` (target >= 0.8). Where the rest goes is reported
-from the env run: summed env-step and reset time, and a timeline of requests in flight (the time
+from the env run: summed env-step and reset time; the hand-over per request between the caller's
+event loop and the engine's (``VLLMPolicy`` runs vLLM's ``AsyncLLM`` on a loop of its own thread: the
+time from ``agenerate`` to the start of ``engine.generate`` and from its end back, which includes
+waiting for either loop to get to it; measured for the raw runs too); a timeline of requests in flight (the time
 with no request in flight, when the GPU waits for envs; and the mean number in flight, which falls
 in the tail as episodes finish at different turns), and the time Python's garbage collector ran
 (a full collection walks every object of the process, vLLM's and torch's included, and stalls the
@@ -51,7 +54,7 @@ import gymnasium as gym
 
 import agent_gym  # noqa: F401  (registers the envs)
 from agent_gym.cli.main import positive_int
-from agent_gym.rollout.async_runner import arun_episodes
+from agent_gym.rollout.async_runner import run_episodes_async
 from agent_gym.rollout.policy import Generation
 
 
@@ -162,9 +165,6 @@ def main() -> None:
     parser.add_argument("--gc-off", action="store_true",
                         help="gc.disable() during every timed run (env and raw alike) and gc.collect() after it, untimed: "
                         "what the collector's stalls cost (the collection's time is reported as gc_after_s)")
-    parser.add_argument("--one-loop", action="store_true",
-                        help="run every env and raw run on the engine's own event loop (VLLMPolicy.run), so requests reach vLLM "
-                        "without a hand-over between threads (default: on a loop of the main thread, as run_episodes_async does)")
     parser.add_argument("--py-spy", metavar="PREFIX",
                         help="sample this process and its children (vLLM's engine core) with py-spy (on PATH) during each env run, 250 Hz, per thread; "
                         "raw collapsed stacks go to PREFIX-<repeat>.txt")
@@ -188,12 +188,9 @@ def main() -> None:
         gc.collect()
         gc.freeze()
 
-    def on_loop(coro: Any) -> Any:
-        return policy.run(coro) if args.one_loop else asyncio.run(coro)
-
     def env_run(generator: Any, progress: bool) -> Any:
-        return on_loop(arun_episodes(envs, generator, episodes=args.episodes, base_seed=args.seed, concurrency=args.concurrency,
-                                     max_new_tokens=args.max_new_tokens, progress=progress))
+        return run_episodes_async(envs, generator, episodes=args.episodes, base_seed=args.seed, concurrency=args.concurrency,
+                                  max_new_tokens=args.max_new_tokens, progress=progress)
 
     def handover_ms() -> float:
         """Mean time per request of the last run spent between the caller's thread and the engine's loop."""
@@ -253,7 +250,7 @@ def main() -> None:
             tracked.events.clear()
             policy.engine_side_s = 0.0
             with _collector_paused(args.gc_off) as after:
-                wall, tokens = on_loop(_raw(tracked, jobs, limit))
+                wall, tokens = asyncio.run(_raw(tracked, jobs, limit))
             runs[name].append({"wall_s": wall, "tokens": tokens, "tokens_per_s": tokens / wall, "requests": len(jobs), "gc_frozen": frozen,
                                "gc_after_s": after.get("s", 0.0), "handover_ms": handover_ms()})
         print(f"repeat {repeat + 1}{' (gc frozen)' if frozen else ''}: "
@@ -265,7 +262,7 @@ def main() -> None:
         groups = {f"gc {label}": {k: [r for r in v if r["gc_frozen"] == frozen] for k, v in runs.items()}
                   for label, frozen in (("normal", False), ("frozen", True))}
     print(f"\n{args.env}, {args.episodes} episodes, {args.concurrency} in flight, max {args.max_new_tokens} tokens/turn, "
-          f"temperature {args.temperature}{'; one event loop' if args.one_loop else ''}; engine kwargs {args.engine_kwargs}; sampling kwargs {args.sampling_kwargs}"
+          f"temperature {args.temperature}; engine kwargs {args.engine_kwargs}; sampling kwargs {args.sampling_kwargs}"
           f"{'; no log-probs' if args.no_logprobs else ''}{'; collector off during runs' if args.gc_off else ''}; engine start {engine_start_s:.1f} s, envs built {env_build_s:.1f} s")
     summary = {label: _report(group, args.concurrency, label) for label, group in groups.items() if group["env"]}
     if args.out:

@@ -21,9 +21,10 @@ wall(not sleeping) is the time the sleeps added, which concurrency should keep n
 
 ``--workers N`` splits the episodes over N processes (each with its own event loop, envs and
 sandbox server; started and warmed up before any timing, released together), so that a machine
-with many cores can be used: one Python process steps its envs on one core. By default there is one
-process per usable core (on the 32-core H200 hosts 32 and 48 processes did equally well, 16 and 24
-worse).
+with many cores can be used: one Python process steps its envs on one core. By default there are
+three processes per two usable cores, each server with a worker pre-forked for every episode of its
+process (``--prefork``), the setting that did best on the 32-core H200 hosts (48 processes; 32 next,
+16 and 24 worse).
 
     python benchmarks/sandbox_throughput.py                     # 512 episodes, stateful sessions, a process per core
     python benchmarks/sandbox_throughput.py --stateless --episodes 256
@@ -254,7 +255,7 @@ class Player:
         async def main() -> None:  # (the result goes in a box: see run_episodes_async)
             box["result"] = await arun_episodes(
                 envs, policy, episodes=n, base_seed=self.first_seed + (repeat + 1) * args.episodes, concurrency=concurrency,
-                max_new_tokens=512, generate_in_thread=False, max_batch_size=concurrency, max_wait_s=args.max_wait_ms / 1e3,
+                max_new_tokens=512, generate_in_thread=False, max_batch_size=concurrency,
             )
 
         if barrier is not None:
@@ -324,28 +325,31 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=512, help="episodes per run, over all workers; all in flight at once unless --concurrency (default 512)")
     parser.add_argument("--workers", type=int, default=0,
                         help="processes to split the episodes over, each with its own event loop and sandbox server "
-                        "(default 0: one per usable core, at most one per episode)")
+                        "(default 0: three per two usable cores, at most one per episode)")
     parser.add_argument("--concurrency", type=int, default=0, help="episodes in flight per worker process (default: all of its episodes)")
     parser.add_argument("--turns", type=int, default=3, help="tool turns per episode before the answer (default 3)")
     parser.add_argument("--sleep-ms", type=float, default=50.0, help="how long each tool call's code sleeps (default 50)")
     parser.add_argument("--stateless", action="store_true", help="a fresh process per call instead of one session per episode")
-    parser.add_argument("--prefork", type=int, default=16, help="idle sandbox workers each server keeps forked ahead (default 16)")
+    parser.add_argument("--prefork", type=int, default=0,
+                        help="idle sandbox workers each server keeps forked ahead (default 0: as many as its process has episodes)")
     parser.add_argument("--prefork-refill", choices=PREFORK_REFILL_MODES, default="quiet",
                         help="when a server replaces pre-forked workers that calls took: once no call has run for 50 ms "
                         "(quiet, the sandbox's default) or also inside the burst (eager)")
     parser.add_argument("--serial-calls", type=int, default=200, help="calls for the per-call cost (default 200; 0 skips)")
     parser.add_argument("--no-baselines", action="store_true", help="skip the no-sleep and calculator runs")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each variant, alternating; medians are shown (default 3)")
-    parser.add_argument("--max-wait-ms", type=float, default=2.0,
-                        help="how long the runner's batcher waits for more prompts while episodes are still stepping (arun_episodes' max_wait_s; default 2)")
     parser.add_argument("--tokenizer", default=None, help="tokenizer path/name (default: the embedded SmolLM2)")
     parser.add_argument("--gc-freeze", action="store_true", help="gc.freeze() after building the envs, so that full collections skip the imported libraries and the envs")
     args = parser.parse_args()
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if args.workers == 0:
-        args.workers = max(1, min(cores, args.episodes))
+        args.workers = max(1, min(-(-3 * cores // 2), args.episodes))
     if args.workers < 1 or args.episodes < args.workers:
-        parser.error("need 1 <= --workers <= --episodes (or 0: one per core)")
+        parser.error("need 1 <= --workers <= --episodes (or 0: three per two cores)")
+    if args.prefork == 0:
+        args.prefork = -(-args.episodes // args.workers)  # every session's worker forked before the clock starts
+    if args.prefork < 0:
+        parser.error("--prefork must be >= 0")
 
     print(f"machine: {os.cpu_count()} cores ({cores} usable), load average {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
     if args.serial_calls:

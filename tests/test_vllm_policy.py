@@ -17,7 +17,6 @@ import importlib.util
 import json
 import runpy
 import sys
-import threading
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +28,7 @@ import agent_gym  # noqa: F401
 from agent_gym.chat.template import ChatTemplate
 from agent_gym.cli.main import main
 from agent_gym.models import DEFAULT_MODEL
-from agent_gym.rollout.async_runner import arun_episodes, run_episodes_async
+from agent_gym.rollout.async_runner import run_episodes_async
 from agent_gym.rollout.vllm import VLLMPolicy, completion_to_generation
 
 
@@ -263,52 +262,6 @@ def test_async_runner_plays_gsm8k_tool_through_the_policy(fake_vllm, tokenizer):
     assert trajectory.steps[1].prompt_ids[: len(trajectory.steps[0].prompt_ids) + len(call)] == trajectory.steps[0].prompt_ids + call
 
 
-def test_run_plays_a_rollout_on_the_engine_loop_without_handing_requests_over(fake_vllm, tokenizer):
-    """policy.run(arun_episodes(...)): the same episodes as run_episodes_async, every request awaited on the
-    engine's loop (no run_coroutine_threadsafe per request); run() on that loop itself is refused."""
-    template = ChatTemplate(tokenizer)
-    eot = list(template.end_of_turn_ids)
-    call = template.encode('<tool_call>\n{"name": "calculator", "arguments": {"expression": "2+3"}}\n</tool_call>') + eot
-    final = template.encode("#### 5") + eot
-
-    def reply(prompt):
-        return final if any(prompt[i : i + len(call)] == call for i in range(len(prompt) - len(call) + 1)) else call
-
-    def make_env():
-        return gym.make("AgentR1/GSM8KTool-v0", tokenizer=tokenizer, split="test")
-
-    handed_over = []
-    engine_threads = set()
-    real_generate = FakeEngine.generate
-
-    async def generate(self, *args, **kwargs):
-        engine_threads.add(threading.current_thread().name)
-        async for item in real_generate(self, *args, **kwargs):
-            yield item
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(FakeEngine, "generate", generate)
-        with VLLMPolicy("smollm2", tokenizer=tokenizer, engine=FakeEngine(reply)) as policy:
-            threaded = run_episodes_async(make_env, policy, episodes=3, concurrency=3, max_new_tokens=64)
-            real_submit = policy._submit
-            mp.setattr(policy, "_submit", lambda coro: handed_over.append(coro) or real_submit(coro))
-            one_loop = policy.run(arun_episodes(make_env, policy, episodes=3, concurrency=3, max_new_tokens=64))
-            assert len(handed_over) == 1  # the rollout itself; none of its 6 requests
-
-            async def nested():
-                inner = asyncio.sleep(0)
-                with pytest.raises(RuntimeError, match=r"^VLLMPolicy\.run\(\) was called on the engine's own loop \(it would wait for itself\); await the coroutine instead$"):
-                    policy.run(inner)
-                return "refused"
-
-            assert policy.run(nested()) == "refused"
-    assert engine_threads == {"vllm-policy-loop"}
-    for a, b in zip(threaded.trajectories, one_loop.trajectories):
-        assert [s.response_ids for s in a.steps] == [s.response_ids for s in b.steps] == [call, final]
-        assert [s.prompt_ids for s in a.steps] == [s.prompt_ids for s in b.steps]
-        assert a.reward == b.reward
-
-
 def test_close_cancels_what_still_runs_on_the_engine_loop(fake_vllm, tokenizer):
     """AsyncLLM leaves an output-handler task on the loop it ran on; close() must not abandon it."""
     engine = FakeEngine(reply=lambda p: [2])
@@ -490,9 +443,10 @@ def test_rollout_benchmark_capped_turns_keep_concurrency_and_turn_order(fake_vll
     assert "raw_turns_capped:" in text and "env/raw_turns_capped = " in text
 
 
-def test_rollout_benchmark_one_loop_hands_no_request_over(fake_vllm, tokenizer, tmp_path, monkeypatch, capsys):
-    """--one-loop runs the env and raw runs on the engine's loop: only whole runs are handed to it, not one
-    request at a time as without it; both modes report each run's hand-over time per request."""
+def test_rollout_benchmark_reports_each_runs_hand_over_per_request(fake_vllm, tokenizer, tmp_path, monkeypatch, capsys):
+    """Every request is handed to the engine's loop on its own (16 here: 4 one-turn episodes in the warm-up and
+    the timed env run, 4 raw, 4 raw_turns), and each run reports the time its requests spent between the two
+    loops (positive: the hand-over is never free)."""
     template = ChatTemplate(tokenizer)
     answer = template.encode("#### 18") + list(template.end_of_turn_ids)
     submitted: list[str] = []
@@ -503,22 +457,15 @@ def test_rollout_benchmark_one_loop_hands_no_request_over(fake_vllm, tokenizer, 
         return real_submit(self, coro)
 
     monkeypatch.setattr(VLLMPolicy, "_submit", counting_submit)
+    fake_vllm.next_engine = FakeEngine(lambda prompt: answer)
     out = tmp_path / "tp.json"
-    handover = {}
-    for one_loop in (True, False):
-        submitted.clear()
-        fake_vllm.next_engine = FakeEngine(lambda prompt: answer)
-        monkeypatch.setattr(sys, "argv", ["rollout_throughput.py", "--model", DEFAULT_MODEL, "--episodes", "4", "--concurrency", "2",
-                                          "--repeats", "1", "--out", str(out)] + (["--one-loop"] if one_loop else []))
-        runpy.run_path(str(BENCHMARK), run_name="__main__")
-        text = capsys.readouterr().out
-        data = json.loads(out.read_text())
-        handover[one_loop] = {name: runs[0]["handover_ms"] for name, runs in data["runs"].items()}
-        assert ("one event loop" in text) == one_loop
-        assert "hand-over between threads" in text and "ms per request)" in text
-        start, end = ["VLLMPolicy._build_engine", "VLLMPolicy.generate.<locals>._all"], ["_cancel_other_tasks"]
-        if one_loop:
-            assert submitted == start + ["arun_episodes"] * 2 + ["_raw"] * 2 + end
-        else:  # every request on its own: 4 episodes of one turn in the warm-up and the timed env run, 4 raw, 4 raw_turns
-            assert submitted == start + ["timed_policy_class.<locals>.TimedVLLMPolicy._generate_on_loop"] * 16 + end
-    assert all(v >= 0 for v in handover[True].values()) and all(v > 0 for v in handover[False].values())
+    monkeypatch.setattr(sys, "argv", ["rollout_throughput.py", "--model", DEFAULT_MODEL, "--episodes", "4", "--concurrency", "2",
+                                      "--repeats", "1", "--out", str(out)])
+    runpy.run_path(str(BENCHMARK), run_name="__main__")
+    text = capsys.readouterr().out
+    data = json.loads(out.read_text())
+    request = "timed_policy_class.<locals>.TimedVLLMPolicy._generate_on_loop"
+    assert submitted == ["VLLMPolicy._build_engine", "VLLMPolicy.generate.<locals>._all"] + [request] * 16 + ["_cancel_other_tasks"]
+    assert {name: len(runs) for name, runs in data["runs"].items()} == {"env": 1, "raw": 1, "raw_turns": 1}
+    assert all(runs[0]["handover_ms"] > 0 for runs in data["runs"].values())
+    assert "hand-over between threads" in text and text.count(" ms per request)") == 2  # raw, raw_turns

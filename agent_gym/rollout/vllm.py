@@ -9,8 +9,7 @@
 
 The engine lives on an event loop of its own in a daemon thread, because vLLM's ``AsyncLLM`` binds
 its output handler to the loop it first runs on; callers on any loop (or none) hand requests over
-with ``run_coroutine_threadsafe``, and ``policy.run(coro)`` runs a whole rollout on the engine's loop
-instead (no hand-over per request). Prompts go in as token ids (``TokensPrompt``) and come back as
+with ``run_coroutine_threadsafe``. Prompts go in as token ids (``TokensPrompt``) and come back as
 token ids: nothing is re-tokenized, so the env's no-drift context is what the model saw.
 
 ``vllm`` is imported when the policy is built, never by ``import agent_gym.rollout``.
@@ -186,21 +185,6 @@ class VLLMPolicy:
     def _call(self, coro: Coroutine[Any, Any, T]) -> T:
         return self._submit(coro).result()
 
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` on the engine's event loop and wait for its result (from any thread but that loop's).
-
-        Rollouts run this way share one thread with vLLM's frontend: ``agenerate`` then awaits the
-        engine directly instead of handing every request to the engine's thread and its result back,
-        and the env loop and vLLM's output handling take turns on one loop instead of competing for
-        the GIL from two threads. Example::
-
-            result = policy.run(arun_episodes(envs, policy, episodes=512, concurrency=512))
-        """
-        if threading.current_thread() is self._thread:
-            coro.close()
-            raise RuntimeError("VLLMPolicy.run() was called on the engine's own loop (it would wait for itself); await the coroutine instead")
-        return self._call(coro)
-
     # -- generation -------------------------------------------------------------------------------
 
     def sampling_params(self, max_new_tokens: int, **overrides: Any) -> Any:
@@ -244,8 +228,6 @@ class VLLMPolicy:
         ``ignore_eos=True, min_tokens=n``).
         """
         (ids,) = check_prompts([prompt], max_new_tokens, vocab_size=self.vocab_size)
-        if asyncio.get_running_loop() is self._loop:  # (under run(): no thread to hand over to)
-            return await self._generate_on_loop(ids, max_new_tokens, overrides)
         return await asyncio.wrap_future(self._submit(self._generate_on_loop(ids, max_new_tokens, overrides)))
 
     def generate(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int) -> list[Generation]:

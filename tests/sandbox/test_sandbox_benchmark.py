@@ -13,14 +13,16 @@ BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "sandbox_throug
 
 
 def test_sandbox_benchmark_reports_stages_for_first_and_later_calls():
-    cmd = [sys.executable, str(BENCHMARK), "--episodes", "4", "--prefork", "4", "--repeats", "1", "--serial-calls", "0",
+    cmd = [sys.executable, str(BENCHMARK), "--episodes", "4", "--repeats", "1", "--serial-calls", "0",
            "--no-baselines", "--sleep-ms", "10"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=os.environ.copy())
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
     assert "4 GSM8KPython episodes in flight, 3 tool turns sleeping 10 ms" in out
-    processes = min(len(os.sched_getaffinity(0)), 4)  # the default --workers: one process per usable core
+    processes = min(-(-3 * len(os.sched_getaffinity(0)) // 2), 4)  # the default --workers: three per two usable cores
     assert (f"; {processes} worker processes (" if processes > 1 else "; one process") in out, out
+    # the default --prefork: a worker for every episode of the busiest process, so none is forked while timed
+    assert f"(prefork {-(-4 // processes)} per server, refill quiet)" in out, out
     assert "WARNING" not in out  # every episode made its 4 turns and every sandbox call was ok
     assert re.search(r"sandbox workers forked inside the timed run \(sleeping code\): 0 for 4 episodes", out), out
     # 4 sessions: each worker's first call, then 2 more calls per session
