@@ -26,7 +26,7 @@ three processes per two usable cores, each server with a worker pre-forked for e
 process (``--prefork``), the setting that did best on the 32-core H200 hosts (48 processes; 32 next,
 16 and 24 worse).
 
-    python benchmarks/sandbox_throughput.py                     # 512 episodes, stateful sessions, a process per core
+    python benchmarks/sandbox_throughput.py                     # 512 episodes, stateful sessions, 3 processes per 2 cores
     python benchmarks/sandbox_throughput.py --stateless --episodes 256
     python benchmarks/sandbox_throughput.py --workers 1         # every episode in one process
     python benchmarks/sandbox_throughput.py --gc-freeze         # without full GC passes over the imports

@@ -9,8 +9,9 @@ episodes one after another (episode ``i`` is reset with ``seed=base_seed + i``, 
   worker thread, so the loop keeps stepping envs while the model runs). A batch is sent when every
   episode in flight is waiting, when it holds ``max_batch_size`` prompts, or once it has waited
   ``max_wait_s`` for more, or as long as the previous ``generate`` call took if that was shorter
-  (a prompt that misses a batch of a cheap policy waits less for the next one). A policy with ``async def agenerate(prompt, *, max_new_tokens)`` (a server
-  engine that batches by itself) is awaited per episode instead (``use_agenerate``);
+  (a prompt that misses a batch of a cheap policy waits less for the next one). A policy with
+  ``async def agenerate(prompt, *, max_new_tokens)`` (a server engine that batches by itself) is
+  awaited per episode instead (``use_agenerate``);
 - **the env step**: ``await env.astep(ids)`` (the outermost wrapper defining ``astep`` keeps its
   effect; an env without one is stepped in a thread), so tools that wait (the sandbox, HTTP) never
   stall the other episodes.
