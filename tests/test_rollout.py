@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import gymnasium as gym
+import numpy as np
 import pytest
 
 import agent_gym  # noqa: F401  (registers the envs)
@@ -223,3 +224,25 @@ def test_generation_validates_its_fields():
 def test_importing_rollout_does_not_import_torch():
     code = "import sys, agent_gym.rollout as r; r.Policy; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_check_prompts_converts_integer_sequences_and_refuses_the_rest():
+    """Lists, tuples and integer arrays come back as lists of Python ints; floats are refused, not truncated."""
+    from agent_gym.rollout.policy import check_prompts
+
+    out = check_prompts([[1, 2, 3], np.array([4, 5], dtype=np.int32), (6,), np.array([7], dtype=np.uint16)], 4, vocab_size=10)
+    assert out == [[1, 2, 3], [4, 5], [6], [7]] and all(type(t) is int for p in out for t in p)
+    cases = [
+        ([], "every prompt needs at least one token"),
+        ([1.5, 2], "prompt ids must be integer token ids, got float64 values such as 1.5"),
+        (np.array([2.0, 3.0]), "prompt ids must be integer token ids, got float64 values such as 2.0"),
+        ([[1, 2], [3, 4]], "a prompt must be a flat sequence of token ids, got an array of shape (2, 2)"),
+        ([1, [2, 3]], "a prompt must be a flat sequence of token ids, got a ragged nested one"),
+        ("abc", "a prompt must be a flat sequence of token ids, got an array of shape ()"),
+        ([3, -1, 10, 12, 11, 13, 14], "prompt holds ids outside the vocabulary [0, 10): [-1, 10, 12, 11, 13]"),
+    ]
+    for prompt, message in cases:
+        with pytest.raises(ValueError) as excinfo:
+            check_prompts([[0], prompt], 4, vocab_size=10)
+        assert str(excinfo.value) == message, prompt
+    assert check_prompts([[9, -3, 10**6]], 1) == [[9, -3, 10**6]]  # without a vocabulary size the ids are not range-checked
