@@ -57,26 +57,38 @@ import agent_gym  # noqa: F401  (registers the envs)
 from agent_gym.cli.main import positive_int
 from agent_gym.rollout.async_runner import run_episodes_async
 from agent_gym.rollout.policy import Generation
+from agent_gym.rollout.vllm import VLLMPolicy  # (imports vllm only when an engine is built)
 
 
 class InFlightTracker:
-    """Wraps a policy's ``agenerate`` and records every change of the number of requests in flight."""
+    """Wraps a policy's ``agenerate``: records every change of the number of requests in flight, and
+    counts the requests and their summed time from call to return."""
 
     def __init__(self, policy: Any) -> None:
         self.policy = policy
         self.in_flight = 0
         self.events: list[tuple[float, int]] = []
+        self.requests = 0
+        self.request_s = 0.0
+
+    def reset(self) -> None:
+        """Forget the events and counts (before each run)."""
+        self.events.clear()
+        self.requests, self.request_s = 0, 0.0
 
     async def agenerate(self, prompt: list[int], *, max_new_tokens: int, **overrides: Any) -> Generation:
-        self._change(+1)
+        t0 = self._change(+1)
         try:
             return await self.policy.agenerate(prompt, max_new_tokens=max_new_tokens, **overrides)
         finally:
-            self._change(-1)
+            self.request_s += self._change(-1) - t0
+            self.requests += 1
 
-    def _change(self, delta: int) -> None:
+    def _change(self, delta: int) -> float:
         self.in_flight += delta
-        self.events.append((time.perf_counter(), self.in_flight))
+        now = time.perf_counter()
+        self.events.append((now, self.in_flight))
+        return now
 
     def timeline(self, start: float, end: float) -> dict[str, float]:
         """Time with no request in flight, and the time-weighted mean number in flight, over [start, end]."""
@@ -92,35 +104,20 @@ class InFlightTracker:
         wall = end - start
         return {"idle_s": idle, "mean_in_flight": weighted / wall if wall > 0 else 0.0}
 
-    def request_stats(self) -> tuple[int, float]:
-        """Requests made since the last ``events.clear()``, and their summed time from call to return."""
-        total, level, t_prev = 0.0, 0, None
-        requests = 0
-        for t, n in self.events:
-            if t_prev is not None:
-                total += level * (t - t_prev)
-            requests += n > level
-            level, t_prev = n, t
-        return requests, total
 
-
-def timed_policy_class() -> type:
+class TimedVLLMPolicy(VLLMPolicy):
     """``VLLMPolicy`` that sums the time its requests spend on the engine's loop (``engine.generate`` to
     the final output, ``engine_side_s``): the rest of a request's time from the caller's side is the
     hand-over between the caller's thread and the engine's."""
-    from agent_gym.rollout.vllm import VLLMPolicy
 
-    class TimedVLLMPolicy(VLLMPolicy):
-        engine_side_s = 0.0
+    engine_side_s = 0.0
 
-        async def _generate_on_loop(self, prompt: list[int], max_new_tokens: int, overrides: dict[str, Any]) -> Generation:
-            t0 = time.perf_counter()
-            try:
-                return await super()._generate_on_loop(prompt, max_new_tokens, overrides)
-            finally:
-                self.engine_side_s += time.perf_counter() - t0
-
-    return TimedVLLMPolicy
+    async def _generate_on_loop(self, prompt: list[int], max_new_tokens: int, overrides: dict[str, Any]) -> Generation:
+        t0 = time.perf_counter()
+        try:
+            return await super()._generate_on_loop(prompt, max_new_tokens, overrides)
+        finally:
+            self.engine_side_s += time.perf_counter() - t0
 
 
 async def _raw(policy: Any, jobs: list[tuple[list[int], int]], limit: int | None = None) -> tuple[float, int]:
@@ -175,9 +172,9 @@ def main() -> None:
         parser.error("--gc-off and --gc-ab measure different things; pick one")
 
     t0 = time.perf_counter()
-    policy = timed_policy_class()(args.model, temperature=args.temperature, gpu_memory_utilization=args.gpu_memory_utilization,
-                                  engine_kwargs=json.loads(args.engine_kwargs), sampling_kwargs=json.loads(args.sampling_kwargs),
-                                  logprobs=not args.no_logprobs)
+    policy = TimedVLLMPolicy(args.model, temperature=args.temperature, gpu_memory_utilization=args.gpu_memory_utilization,
+                             engine_kwargs=json.loads(args.engine_kwargs), sampling_kwargs=json.loads(args.sampling_kwargs),
+                             logprobs=not args.no_logprobs)
     engine_start_s = time.perf_counter() - t0
     tracked = InFlightTracker(policy)
     env_kwargs = json.loads(args.env_kwargs)
@@ -193,10 +190,13 @@ def main() -> None:
         return run_episodes_async(envs, generator, episodes=args.episodes, base_seed=args.seed, concurrency=args.concurrency,
                                   max_new_tokens=args.max_new_tokens, progress=progress)
 
+    def start_run() -> None:
+        tracked.reset()
+        policy.engine_side_s = 0.0
+
     def handover_ms() -> float:
         """Mean time per request of the last run spent between the caller's thread and the engine's loop."""
-        requests, seconds = tracked.request_stats()
-        return 1e3 * (seconds - policy.engine_side_s) / requests if requests else 0.0
+        return 1e3 * (tracked.request_s - policy.engine_side_s) / tracked.requests if tracked.requests else 0.0
 
     if not args.no_warmup_run:  # untimed: vLLM's first run of a workload is slower than the rest
         env_run(policy, progress=False)
@@ -212,8 +212,7 @@ def main() -> None:
                 gc.freeze()
             else:
                 gc.unfreeze()
-        tracked.events.clear()
-        policy.engine_side_s = 0.0
+        start_run()
         sampler = _start_py_spy(f"{args.py_spy}-{repeat + 1}.txt") if args.py_spy else None
         try:
             with _collector_paused(args.gc_off) as after:
@@ -248,8 +247,7 @@ def main() -> None:
         if args.raw_turns_capped:
             variants.append(("raw_turns_capped", by_turn, args.concurrency))
         for name, jobs, limit in variants:
-            tracked.events.clear()
-            policy.engine_side_s = 0.0
+            start_run()
             with _collector_paused(args.gc_off) as after:
                 wall, tokens = asyncio.run(_raw(tracked, jobs, limit))
             runs[name].append({"wall_s": wall, "tokens": tokens, "tokens_per_s": tokens / wall, "requests": len(jobs), "gc_frozen": frozen,

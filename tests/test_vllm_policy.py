@@ -464,7 +464,7 @@ def test_rollout_benchmark_reports_each_runs_hand_over_per_request(fake_vllm, to
     runpy.run_path(str(BENCHMARK), run_name="__main__")
     text = capsys.readouterr().out
     data = json.loads(out.read_text())
-    request = "timed_policy_class.<locals>.TimedVLLMPolicy._generate_on_loop"
+    request = "TimedVLLMPolicy._generate_on_loop"
     assert submitted == ["VLLMPolicy._build_engine", "VLLMPolicy.generate.<locals>._all"] + [request] * 16 + ["_cancel_other_tasks"]
     assert {name: len(runs) for name, runs in data["runs"].items()} == {"env": 1, "raw": 1, "raw_turns": 1}
     assert all(runs[0]["handover_ms"] > 0 for runs in data["runs"].values())

@@ -273,7 +273,7 @@ class AgentEnv(gym.Env[ObsType, np.ndarray]):
         if arr.size and (arr.min() < 0 or arr.max() >= self.template.vocab_size):
             bad = int(arr[(arr < 0) | (arr >= self.template.vocab_size)][0])
             return [], f"token id {bad} is outside the vocabulary [0, {self.template.vocab_size})"
-        return [int(t) for t in arr], None
+        return arr.tolist(), None
 
     def _end_len(self, ids: Sequence[int]) -> int:
         eot = self.template.end_of_turn_ids
