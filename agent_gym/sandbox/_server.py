@@ -10,7 +10,8 @@ Start-up (once per server):
 1. when root (and not told otherwise): claim a block of unused uids (a lock file per block, so
    several servers on one host never share a uid), move into a new mount namespace and a new, empty
    network namespace, build a root of read-only bind mounts (the Python installation and system
-   libraries, nothing else) plus a private tmpfs for work directories, and ``chroot`` into it;
+   libraries, nothing else, each at its host path, wherever it lives, /tmp included) plus a private
+   tmpfs for work directories, and ``chroot`` into it;
 2. import the ``preload`` modules (e.g. pandas) and freeze the heap (``gc.freeze``) so that forked
    workers share it copy-on-write;
 3. report which isolation layers are in force, then serve.
@@ -812,53 +813,85 @@ class Server:
             return list(range(first, first + n))
         raise OSError(errno.EBUSY, "every uid block is in use")
 
+    def _root_plan(self) -> tuple[list[tuple[str, str]], list[tuple[str, bool, int, int]]]:
+        """What the private root shows, resolved on the host while nothing is shadowed: the symlinks
+        to recreate, as (path, link target), and the binds in the order they are made, as (host path,
+        is a directory, mount flags, remount flags). Every path keeps its host name inside the root."""
+        ro = MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV
+        links: list[tuple[str, str]] = []
+        wanted: list[str] = []
+        for top in ("/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin"):
+            if os.path.islink(top):
+                links.append((top, os.readlink(top)))
+            elif os.path.isdir(top):
+                wanted.append(top)
+        wanted += list(self.cfg.get("extra_ro_paths") or [])
+        wanted += self.read_roots
+        binds: list[tuple[str, bool, int, int]] = []
+
+        def covered(path: str) -> bool:  # already shown by a (recursive) bind made earlier
+            return any(path == b[0] or path.startswith(b[0].rstrip("/") + "/") for b in binds)
+
+        # parents before children, so that a path inside an earlier bind is not bound twice
+        for path in sorted({os.path.realpath(p) for p in wanted if os.path.exists(p)}, key=len):
+            if not covered(path):
+                binds.append((path, os.path.isdir(path), MS_BIND | MS_REC, ro))
+        # The root's own /etc and /dev hold only these; a bind above that already shows the host's
+        # file wins (the root's directory would then be that read-only bind).
+        if os.path.islink("/etc/localtime") and not covered("/etc/localtime"):
+            links.append(("/etc/localtime", os.readlink("/etc/localtime")))
+        if os.path.isfile("/etc/ld.so.cache") and not covered("/etc/ld.so.cache"):
+            binds.append(("/etc/ld.so.cache", False, MS_BIND, ro))
+        for dev in ("null", "zero", "full", "random", "urandom"):
+            path = "/dev/" + dev
+            if os.path.exists(path) and not covered(path):
+                binds.append((path, False, MS_BIND, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NOEXEC))
+        return links, binds
+
     def _build_root(self) -> None:
         _unshare(CLONE_NEWNS)
         _mount(None, "/", None, MS_REC | MS_PRIVATE)
-        # a private tmpfs over /tmp (visible to this namespace only) holds the new root
-        _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={int(self.cfg['disk_mb'])}m,mode=0755")
-        root = "/tmp/root"
-        os.mkdir(root, 0o755)
-        binds = []
-        for top in ("/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin"):
-            if os.path.islink(top):
-                os.symlink(os.readlink(top), root + top)
-            elif os.path.isdir(top):
-                binds.append(top)
-        binds += list(self.cfg.get("extra_ro_paths") or [])
-        binds += self.read_roots
-        done: list[str] = []
-        for path in sorted({os.path.realpath(p) for p in binds if os.path.exists(p)}, key=len):
-            if any(path == d or path.startswith(d.rstrip("/") + "/") for d in done):
-                continue
-            target = root + path
-            if os.path.isdir(path):
-                os.makedirs(target, mode=0o755, exist_ok=True)
-            else:
-                os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
-                open(target, "a").close()
-            _mount(path, target, None, MS_BIND | MS_REC)
-            _mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
-            done.append(path)
-        os.makedirs(root + "/etc", mode=0o755, exist_ok=True)
-        for name in ("/etc/localtime",):
-            if os.path.islink(name):
-                os.symlink(os.readlink(name), root + name)
-        for name in ("/etc/ld.so.cache",):
-            if os.path.isfile(name):
-                open(root + name, "a").close()
-                _mount(name, root + name, None, MS_BIND)
-                _mount(None, root + name, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
-        os.makedirs(root + "/dev", mode=0o755, exist_ok=True)
-        for dev in ("null", "zero", "full", "random", "urandom"):
-            if os.path.exists("/dev/" + dev):
-                open(f"{root}/dev/{dev}", "a").close()
-                _mount("/dev/" + dev, f"{root}/dev/{dev}", None, MS_BIND)
-                _mount(None, f"{root}/dev/{dev}", None, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NOEXEC)
-        os.mkdir(root + "/sandbox", 0o711)
+        links, binds = self._root_plan()
+        # The root lives in a private tmpfs over /tmp (visible to this namespace only), which hides
+        # the host's /tmp, and with it any interpreter, virtualenv or checkout that lives there. So
+        # every bind source is opened (O_PATH) before that mount and bound from /proc/self/fd/N,
+        # which names the opened directory or file itself, whatever is mounted over its path since.
+        # They are opened after the unshare because a bind's source must be a mount of the caller's
+        # own namespace, and all closed before the chroot: an open directory outside the root would
+        # lead back out of it.
+        handles: list[int] = []
+        try:
+            for path, *_ in binds:
+                handles.append(os.open(path, os.O_PATH | os.O_CLOEXEC))
+            _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={int(self.cfg['disk_mb'])}m,mode=0755")
+            root = "/tmp/root"
+            os.mkdir(root, 0o755)
+            for path, target in links:
+                os.makedirs(os.path.dirname(root + path), mode=0o755, exist_ok=True)
+                os.symlink(target, root + path)
+            for (path, is_dir, flags, remount), fd in zip(binds, handles):
+                target = root + path
+                if is_dir:
+                    os.makedirs(target, mode=0o755, exist_ok=True)
+                else:
+                    os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
+                    open(target, "a").close()
+                _mount(f"/proc/self/fd/{fd}", target, None, flags)
+                _mount(None, target, None, remount)
+        finally:
+            for fd in handles:
+                os.close(fd)
+        for name in ("/etc", "/dev"):
+            os.makedirs(root + name, mode=0o755, exist_ok=True)
+        # The work directories' parent is the root's own directory: never one that a bind shows or
+        # holds (a virtualenv at /sandbox/venv would otherwise share it, or make it read-only).
+        base = "/sandbox"
+        while any(p == base or p.startswith(base + "/") for p, *_ in binds):
+            base += "_"
+        os.mkdir(root + base, 0o711)
         os.chroot(root)
         os.chdir("/")
-        self.base = "/sandbox"
+        self.base = base
 
     def _seccomp_works(self) -> bool:
         """Fork a probe that installs the filter and checks fork is refused and threads work."""
