@@ -17,9 +17,9 @@ The env run and three raw baselines on one ``AsyncLLM`` engine (:class:`agent_gy
   ``--concurrency`` in flight: the same work and parallelism as the env run, without waiting for envs.
 
 Before the timed runs, one untimed env run warms the engine up for this workload (``--no-warmup-run``
-skips it): the first run on a fresh engine was up to half as fast as later ones on the H200s.
+skips it): on an H200 the first run on a fresh engine is up to half as fast as later ones.
 
-The P3 target (>= 0.8) is env-driven tokens/s over raw vLLM's for the same prompts and token counts:
+The project's target (>= 0.8) is env-driven tokens/s over raw vLLM's for the same prompts and token counts:
 the ``raw_turns`` baselines; ``raw`` is reported beside them. Where the rest goes is
 reported from the env run: summed env-step and reset time; the hand-over per request between the
 caller's event loop and the engine's (``VLLMPolicy`` runs vLLM's ``AsyncLLM`` on a loop of its own
@@ -32,6 +32,8 @@ env loop and vLLM's output handling alike; ``--gc-freeze`` takes what exists aft
 its way).
 
     python benchmarks/rollout_throughput.py --model /root/smollm2 --episodes 512 --out tp.json
+
+Current figures and the commands behind them: docs/performance.md.
 
 Each variant runs ``--repeats`` times, alternating; medians are printed. Needs a GPU and vLLM.
 """

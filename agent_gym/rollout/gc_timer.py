@@ -2,8 +2,8 @@
 
 A rollout process that has imported torch, transformers (and vLLM) holds hundreds of thousands of
 long-lived objects; a full (generation-2) collection walks all of them and stops every thread of the
-process while it does, env steps and the inference engine's output handling included. On a 2-core VM
-one such pass took 0.18-0.35 s with transformers and torch imported (docs/sandbox-and-tool-envs.md).
+process while it does, env steps and the inference engine's output handling included: with
+transformers and torch imported, a few hundred milliseconds on a small CPU.
 :class:`GCTimer` measures that cost for a run, so that a stall can be told apart from slow env code;
 ``gc.freeze()`` after start-up (moving what exists into a generation the collector never scans) is the
 usual remedy, and the benchmarks offer it as ``--gc-freeze``.

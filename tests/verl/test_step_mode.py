@@ -447,8 +447,8 @@ def _check_error(cfg, step_mode=True) -> str:
 
 
 def test_batch_sizes_no_gpu_share_can_split_are_refused_at_start(verl_tokenizer, tmp_path):
-    """On 2 H200s (2026-11-30) 160-row mini-batches were 80 rows per GPU, which micro-batches of 32 do not
-    divide: verl 0.9's engine failed only at the first log-prob pass, after start-up and a whole rollout."""
+    """On 2 GPUs, 160-row mini-batches are 80 rows per GPU, which micro-batches of 32 do not divide: verl
+    0.9's engine would fail only at the first log-prob pass, after start-up and a whole rollout."""
     from agent_gym_verl.trainer import check_micro_batches
 
     check_micro_batches(_sized_config(tmp_path, verl_tokenizer), step_mode=True)  # one GPU: 160 rows, micro 32

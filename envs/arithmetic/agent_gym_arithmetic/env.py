@@ -84,8 +84,8 @@ class ArithmeticToolEnv(ArithmeticEnv):
     """:class:`ArithmeticEnv` with the calculator tool, up to 3 turns (a tool call on the last truncates).
 
     ``few_shot=True`` opens the chat with one worked example (:data:`TOOL_DEMONSTRATION`): a
-    calculator call, its result, the answer (SmolLM2-135M-Instruct made no call in 16 sampled level-1
-    episodes with or without it, 2026-11-30: it answers directly).
+    calculator call, its result, the answer (SmolLM2-135M-Instruct answers directly, with or without
+    it, at level 1).
     """
 
     description = "generated arithmetic with a calculator tool, up to 3 turns; outcome reward"

@@ -128,8 +128,8 @@ class GSM8KToolEnv(GSM8KEnv):
     def __init__(self, tokenizer: Any = None, *, few_shot: bool = False, **kwargs: Any):
         """``few_shot``: open the chat with one worked example (:data:`TOOL_DEMONSTRATION`, not a
         GSM8K problem) that calls the calculator twice, for small models that do not call tools from
-        the instructions alone (SmolLM2-135M-Instruct made no call in 16 sampled episodes even with
-        it, 2026-11-30). Other arguments: :class:`GSM8KEnv`."""
+        the instructions alone (SmolLM2-135M-Instruct makes no call even with it; a tool-use warm start,
+        ``examples/sft_warmstart_gsm8k_tool.py``, does). Other arguments: :class:`GSM8KEnv`."""
         kwargs.setdefault("max_turns", 5)
         kwargs.setdefault("tools", [calculator])
         super().__init__(tokenizer, **kwargs)

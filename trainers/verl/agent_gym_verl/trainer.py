@@ -111,7 +111,7 @@ def step_pad_multiple(cfg: Any, dp_size: int, *, with_critic: bool = False) -> i
 
 def check_micro_batches(cfg: Any, *, step_mode: bool) -> None:
     """Refuse, at start-up, batch sizes verl 0.9's FSDP engine would refuse only at its first update or
-    log-prob pass, after minutes of start-up and a whole rollout (seen on 2 H200s).
+    log-prob pass, after minutes of start-up and a whole rollout.
 
     Each GPU's share of a PPO mini-batch (``ppo_mini_batch_size * rollout.n / dp``) must be whole and,
     with fixed micro-batches, split into ``ppo_micro_batch_size_per_gpu`` (both modes: the update asserts
