@@ -12,6 +12,7 @@ import functools
 import importlib.util
 import copy
 import os
+import re
 import shutil
 import warnings
 from dataclasses import dataclass, field
@@ -75,16 +76,85 @@ def resolve_model(name_or_path: str | os.PathLike[str] | None = None) -> ModelSo
     """Turn a user's model argument into ``from_pretrained`` arguments.
 
     ``None`` or :data:`DEFAULT_MODEL` selects the embedded SmolLM2-135M-Instruct GGUF; a path to a
-    ``.gguf`` file loads that file; anything else is passed to ``from_pretrained`` unchanged (a local
-    folder, or a hub name when online).
+    ``.gguf`` file loads that file; an existing folder (or file) is passed to ``from_pretrained``
+    unchanged; a hub name (``org/name`` or ``name``) is checked against the Hugging Face hub with one
+    request (see :func:`_hub_source`).
+
+    Raises:
+        FileNotFoundError: ``no such file or folder: X`` when X is neither an existing path nor a
+            well-formed hub name (``./ckpt``, ``/models/x``, ``a/b/c``); ``X is not a local folder and
+            the Hugging Face hub is unreachable (offline)`` when X could be a hub name but the hub
+            cannot be reached (or ``HF_HUB_OFFLINE`` is set) and the model is not in the hub cache.
+            Both come before anything heavy is imported or loaded.
     """
     if name_or_path is None or str(name_or_path) == DEFAULT_MODEL:
         gguf = _smollm2_gguf()
         return ModelSource(str(gguf.parent), {"gguf_file": gguf.name}, is_default=True)
-    path = Path(name_or_path)
+    text = os.fspath(name_or_path)
+    path = Path(os.path.expanduser(text))
     if path.suffix == ".gguf":
+        if not path.is_file():
+            raise FileNotFoundError(f"no such file or folder: {text}")
         return ModelSource(str(path.parent), {"gguf_file": path.name})
-    return ModelSource(str(name_or_path))
+    if path.exists():
+        return ModelSource(str(path) if text.startswith("~") else text)
+    if not _is_hub_name(text):
+        raise FileNotFoundError(f"no such file or folder: {text}")
+    return ModelSource(text, dict(_hub_source(text)))
+
+
+# The hub's repo-id rule (huggingface_hub.utils.validate_repo_id): "name" or "org/name", ASCII letters,
+# digits, "-", "_" and ".", each part starting and ending with a letter, digit or "_", at most 96 long,
+# no "--" or "..", not ending in ".git".
+_HUB_NAME = re.compile(r"(\b[\w\-.]{1,96}\b/)?\b[\w\-.]{1,96}\b", flags=re.ASCII)
+
+
+def _is_hub_name(text: str) -> bool:
+    return bool(_HUB_NAME.fullmatch(text)) and "--" not in text and ".." not in text and not text.endswith(".git")
+
+
+def _hub_offline() -> bool:
+    from huggingface_hub import constants
+
+    flags = (os.environ.get("HF_HUB_OFFLINE"), os.environ.get("TRANSFORMERS_OFFLINE"))
+    return bool(constants.HF_HUB_OFFLINE) or any(str(f).upper() in {"1", "ON", "YES", "TRUE"} for f in flags if f)
+
+
+def _hub_reachable(repo_id: str) -> bool:
+    """One HEAD request for the model's config.json, no retries (huggingface_hub retries a failed
+    metadata request five times with back-off, 40-50 s when the network is down). Any answer, even
+    401 or 404, means the hub is reachable; hub-side errors are left to ``from_pretrained``."""
+    from huggingface_hub import constants
+    from huggingface_hub.utils import get_session
+
+    url = f"{constants.ENDPOINT.rstrip('/')}/{repo_id}/resolve/main/config.json"
+    try:
+        get_session().head(url, timeout=constants.HF_HUB_ETAG_TIMEOUT, follow_redirects=False)
+    except TypeError:  # requests (huggingface_hub < 1.0) calls it allow_redirects
+        try:
+            get_session().head(url, timeout=constants.HF_HUB_ETAG_TIMEOUT, allow_redirects=False)
+        except Exception:  # noqa: BLE001 - connection refused, DNS, timeout, proxy, offline mode
+            return False
+    except Exception:  # noqa: BLE001
+        return False
+    return True
+
+
+@functools.lru_cache(maxsize=32)
+def _hub_source(repo_id: str) -> tuple[tuple[str, Any], ...]:
+    """Extra ``from_pretrained`` arguments for a hub name (memoised per process: the tokenizer and
+    the model of one run ask once).
+
+    Offline (``HF_HUB_OFFLINE``) or unreachable after one attempt: a model in the hub cache loads
+    from there with ``local_files_only=True`` (no network, no retries); otherwise FileNotFoundError.
+    """
+    if not _hub_offline() and _hub_reachable(repo_id):
+        return ()
+    from huggingface_hub import try_to_load_from_cache
+
+    if isinstance(try_to_load_from_cache(repo_id, "config.json"), str):
+        return (("local_files_only", True),)
+    raise FileNotFoundError(f"{repo_id} is not a local folder and the Hugging Face hub is unreachable (offline)")
 
 
 def load_tokenizer(tokenizer: Any = None) -> Any:

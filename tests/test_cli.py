@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import io
+import json
+import os
 import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -158,3 +161,265 @@ def test_export_verl_without_the_adapter_says_how_to_install(capsys, monkeypatch
     monkeypatch.setitem(sys.modules, "agent_gym_verl.export", None)  # as if the adapter were absent
     assert main(["export-verl", "AgentR1/GSM8K-v0", "--out", "x"]) == 2
     assert "export-verl needs the verl adapter: pip install -e trainers/verl" in capsys.readouterr().err
+
+
+# -- a bad --model fails at once, in plain words --------------------------------------------------------
+
+
+@pytest.fixture()
+def no_model_loading(monkeypatch):
+    """Any transformers ``from_pretrained`` fails the test: the checks must come before a model loads."""
+    import transformers
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError(f"from_pretrained was called: {args}")
+
+    for cls in (transformers.AutoTokenizer, transformers.AutoModelForCausalLM, transformers.AutoConfig):
+        monkeypatch.setattr(cls, "from_pretrained", forbidden)
+    agent_gym.models._hub_source.cache_clear()
+    yield
+    agent_gym.models._hub_source.cache_clear()
+
+
+class FakeHubSession:
+    """Stands in for huggingface_hub's HTTP session: counts requests; ``down`` makes each one fail the
+    way an unreachable host does."""
+
+    def __init__(self, down: bool):
+        self.down = down
+        self.urls: list[str] = []
+
+    def head(self, url, **kwargs):
+        self.urls.append(url)
+        if self.down:
+            raise ConnectionError("[Errno -2] Name or service not known")
+        return types.SimpleNamespace(status_code=200, headers={})
+
+
+@pytest.fixture()
+def hub(monkeypatch):
+    """The hub as seen from here: online mode (no HF_HUB_OFFLINE) and a fake session, down by default."""
+    import huggingface_hub.constants
+    import huggingface_hub.utils
+
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    session = FakeHubSession(down=True)
+    monkeypatch.setattr(huggingface_hub.utils, "get_session", lambda: session)
+    return session
+
+
+@pytest.mark.parametrize("model", ["./no-such-checkpoint", "/no/such/folder", "runs/ckpt/step-10", "missing.gguf",
+                                   "bad name", "oops-", "a--b"])
+def test_model_that_is_no_path_and_no_hub_name_fails_at_once(model, no_model_loading, hub, capsys):
+    assert main(["eval", "AgentR1/GSM8K-v0", "--model", model, "--no-progress"]) == 2
+    out, err = capsys.readouterr()
+    assert (out, err) == ("", f"agent-gym: error: no such file or folder: {model}\n")
+    assert hub.urls == []  # not even one request to the hub
+    with pytest.raises(FileNotFoundError, match=r"^no such file or folder: "):
+        agent_gym.models.resolve_model(model)  # the Python API says the same
+    for load in (agent_gym.models.load_tokenizer, agent_gym.models.load_causal_lm):
+        with pytest.raises(FileNotFoundError, match=r"^no such file or folder: "):
+            load(model)
+
+
+def test_bad_model_path_fails_before_torch_or_transformers_is_imported(tmp_path):
+    code = (
+        "import sys\n"
+        "from agent_gym.cli.main import main\n"
+        "rc = main(['eval', 'AgentR1/GSM8K-v0', '--model', './no-such-checkpoint'])\n"
+        "print(rc, sorted(m for m in ('torch', 'transformers', 'huggingface_hub') if m in sys.modules))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.stdout == "2 []\n", proc.stderr
+    assert proc.stderr == "agent-gym: error: no such file or folder: ./no-such-checkpoint\n"
+
+
+def test_hub_name_offline_fails_without_a_request(no_model_loading, hub, monkeypatch, capsys):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    name = "agent-gym-tests/no-such-model"
+    assert main(["eval", "AgentR1/GSM8K-v0", "--model", name, "--no-progress"]) == 2
+    assert capsys.readouterr().err == (
+        f"agent-gym: error: {name} is not a local folder and the Hugging Face hub is unreachable (offline)\n"
+    )
+    assert hub.urls == []
+
+
+def test_unreachable_hub_is_tried_once_not_five_times(no_model_loading, hub, capsys):
+    name = "agent-gym-tests/no-such-model"
+    assert main(["eval", "AgentR1/GSM8K-v0", "--model", name, "--no-progress"]) == 2
+    assert capsys.readouterr().err == (
+        f"agent-gym: error: {name} is not a local folder and the Hugging Face hub is unreachable (offline)\n"
+    )
+    assert len(hub.urls) == 1 and hub.urls[0].endswith(f"/{name}/resolve/main/config.json")
+
+
+def test_unreachable_hub_with_the_model_in_the_hub_cache_loads_it_offline(hub, monkeypatch):
+    import huggingface_hub
+
+    from agent_gym.models import ModelSource, resolve_model
+
+    agent_gym.models._hub_source.cache_clear()
+    monkeypatch.setattr(huggingface_hub, "try_to_load_from_cache", lambda repo, name: f"/cache/{repo}/{name}")
+    try:
+        assert resolve_model("org/cached") == ModelSource("org/cached", {"local_files_only": True})
+        assert resolve_model("org/cached").kwargs == {"local_files_only": True}  # memoised: still one request
+        assert len(hub.urls) == 1
+        hub.down = False
+        assert resolve_model("org/online") == ModelSource("org/online")  # reachable: from_pretrained as usual
+        assert len(hub.urls) == 2
+    finally:
+        agent_gym.models._hub_source.cache_clear()
+
+
+def test_existing_folders_and_gguf_files_pass_unchanged(tmp_path, hub, monkeypatch):
+    from agent_gym.models import ModelSource, resolve_model
+
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "m.gguf").write_bytes(b"")
+    monkeypatch.chdir(tmp_path)
+    assert resolve_model("ckpt") == ModelSource("ckpt")
+    assert resolve_model(tmp_path / "ckpt") == ModelSource(str(tmp_path / "ckpt"))
+    assert resolve_model("m.gguf") == ModelSource(".", {"gguf_file": "m.gguf"})
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert resolve_model("~/ckpt") == ModelSource(str(tmp_path / "ckpt"))
+    assert hub.urls == []
+
+
+# -- an interrupted eval ----------------------------------------------------------------------------------
+
+
+def scripted_hf_policy(monkeypatch, script):
+    """``agent-gym eval`` (transformers backend) with a scripted policy in place of the model."""
+    from agent_gym.rollout import ScriptedPolicy
+
+    def make(model, *, tokenizer, **kwargs):
+        return ScriptedPolicy(tokenizer, script)
+
+    monkeypatch.setattr(agent_gym.rollout, "HFPolicy", make, raising=False)
+
+
+@pytest.mark.parametrize("finished", [0, 1, 2])
+def test_interrupted_eval_keeps_no_empty_trajectory_file(finished, tokenizer, tmp_path, monkeypatch, capsys):
+    def script(conversation, turn):
+        if conversation >= finished:
+            raise KeyboardInterrupt  # Ctrl-C while episode `finished` is generating
+        return "#### 18"
+
+    scripted_hf_policy(monkeypatch, script)
+    out = tmp_path / "runs" / "eval.jsonl"
+    argv = ["eval", "AgentR1/GSM8K-v0", "--episodes", "4", "--batch-size", "1", "--no-progress", "--out", str(out)]
+    assert main(argv) == 130
+    err = capsys.readouterr().err
+    if finished == 0:
+        assert err == "agent-gym: interrupted before any episode finished; no trajectory file written\n"
+        assert not out.exists()
+    else:
+        what = "1 finished trajectory is" if finished == 1 else f"{finished} finished trajectories are"
+        assert err == f"agent-gym: interrupted; {what} in {out}\n"
+        assert len(out.read_text().splitlines()) == finished
+
+
+def test_eval_that_fails_before_any_episode_leaves_no_file(tokenizer, tmp_path, monkeypatch):
+    def script(conversation, turn):
+        raise RuntimeError("engine died")
+
+    scripted_hf_policy(monkeypatch, script)
+    out = tmp_path / "eval.jsonl"
+    with pytest.raises(RuntimeError, match="engine died"):
+        main(["eval", "AgentR1/GSM8K-v0", "--episodes", "2", "--no-progress", "--out", str(out)])
+    assert not out.exists()
+
+
+# -- --json prints the JSON and nothing else on stdout -----------------------------------------------------
+
+
+class NoisyPolicy:
+    """A policy that makes the noise a model stack makes while it loads and runs: print(), a write
+    to file descriptor 1 (C code), a child process that inherits stdout (vLLM's engine core), and a
+    logger whose handler was set up on sys.stdout while the engine started (vLLM's default logging
+    config is ``StreamHandler(ext://sys.stdout)``). vLLM itself needs a GPU and is not installed on
+    CPU CI: that is the boundary; this fake checks the CLI's side of it."""
+
+    def __init__(self, model, *, tokenizer, **kwargs):
+        import logging
+
+        from agent_gym.rollout import ScriptedPolicy
+
+        print("INFO engine: loading model")
+        os.write(1, b"fd-1 noise while loading\n")
+        subprocess.run([sys.executable, "-c", "print('engine core process started')"], check=True)
+        self.log = logging.getLogger(f"noisy-engine-{id(self)}")
+        self.log.addHandler(logging.StreamHandler(sys.stdout))
+        self.log.setLevel(logging.INFO)
+        self.log.propagate = False
+        self.inner = ScriptedPolicy(tokenizer, lambda conversation, turn: "#### 18")
+        self.tokenizer = tokenizer
+
+    def generate(self, prompts, *, max_new_tokens):
+        print("INFO engine: generating")
+        os.write(1, b"fd-1 noise while generating\n")
+        self.log.info("INFO engine: throughput 1000 tokens/s")
+        return self.inner.generate(prompts, max_new_tokens=max_new_tokens)
+
+    def close(self):
+        print("INFO engine: shut down")
+
+
+@pytest.mark.parametrize("backend", ["transformers", "vllm"])
+def test_eval_json_prints_only_json_on_stdout(backend, tokenizer, tmp_path, monkeypatch, capfd):
+    import agent_gym.rollout.vllm
+
+    monkeypatch.setattr(agent_gym.rollout, "HFPolicy", NoisyPolicy, raising=False)
+    monkeypatch.setattr(agent_gym.rollout.vllm, "VLLMPolicy", NoisyPolicy)
+    monkeypatch.delenv("VLLM_LOGGING_STREAM", raising=False)
+    model = tmp_path / "model"
+    tokenizer.save_pretrained(model)
+    argv = ["eval", "AgentR1/GSM8K-v0", "--episodes", "2", "--backend", backend, "--model", str(model),
+            "--json", "--no-progress", "--out", str(tmp_path / "eval.jsonl")]
+    assert main(argv) == 0
+    out, err = capfd.readouterr()
+    summary = json.loads(out)  # the whole of stdout is one JSON document
+    assert summary["episodes"] == 2 and summary["trajectories"] == str(tmp_path / "eval.jsonl")
+    for noise in ("loading model", "fd-1 noise while loading", "engine core process started", "generating",
+                  "throughput 1000 tokens/s", "shut down"):
+        assert noise in err
+    if backend == "vllm":  # vLLM's own logger is pointed at stderr too
+        assert os.environ["VLLM_LOGGING_STREAM"] == "ext://sys.stderr"
+    print("after")  # stdout is restored once the command returns
+    assert capfd.readouterr().out == "after\n"
+
+
+# -- export-verl and export-model in the command list -----------------------------------------------------
+
+
+def test_help_lists_export_verl_and_export_model(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = capsys.readouterr().out
+    commands = text.split("positional arguments:", 1)[1].split("options:", 1)[0].split()
+    for command in ("list", "play", "eval", "new-env", "export-verl", "export-model"):
+        assert command in commands
+
+
+def test_export_verl_help_is_the_adapters_own(capsys, monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "trainers" / "verl"))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["export-verl", "--help"])
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    assert text.startswith("usage: agent-gym export-verl")
+    assert "--mode {concat,step}" in text and "--tokenizer" in text
+
+
+def test_export_model_refuses_a_non_empty_folder_and_a_bad_model(tmp_path, no_model_loading, capsys):
+    (tmp_path / "keep.txt").write_text("mine")
+    assert main(["export-model", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (
+        f"agent-gym: error: {tmp_path} is not empty; pass --force to overwrite the model files in it\n"
+    )
+    assert main(["export-model", "--out", str(tmp_path / "new"), "--model", "./nope"]) == 2
+    assert capsys.readouterr().err == "agent-gym: error: no such file or folder: ./nope\n"
+    assert not (tmp_path / "new").exists()
+    assert (tmp_path / "keep.txt").read_text() == "mine"

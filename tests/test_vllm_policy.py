@@ -313,7 +313,7 @@ def test_cli_vllm_backend_errors(tokenizer, capsys):
     assert main(["eval", "AgentR1/Arithmetic-v0", "--backend", "vllm", "--no-progress"]) == 2
     assert capsys.readouterr().err.strip() == (
         "agent-gym: error: --backend vllm needs --model, a Hugging Face model folder (vLLM cannot read the "
-        "embedded GGUF file; convert it first)"
+        "embedded GGUF file; `agent-gym export-model --out DIR` writes one)"
     )
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vLLM is installed here")

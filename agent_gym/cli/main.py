@@ -1,17 +1,20 @@
 """``agent-gym``: list the installed envs, play one by hand, or evaluate a model on one.
 
-Mistakes a user can make (an unknown env id, missing data, a missing default model, an unknown task
-id) end with one ``agent-gym: error: ...`` line on stderr and exit status 2, never a traceback.
+Mistakes a user can make (an unknown env id, missing data, a missing default model, a --model that is
+no folder and no hub name, an unknown task id) end with one ``agent-gym: error: ...`` line on stderr
+and exit status 2, never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 __all__ = ["main", "build_parser", "UsageError"]
 
@@ -22,11 +25,12 @@ Gymnasium environments for LLM agents: list them, play one yourself, evaluate a 
 start a new env package.
 
 subcommands:
-  list     show the installed envs: id, tools, description
-  play     be the assistant: type each turn in the terminal (or pipe it in)
-  eval     run a model on N episodes, print accuracy & co., save the trajectories as JSONL
-  new-env  write a new env package (pyproject, env class, template, test) that passes its tests
-  export-verl  write an env's tasks as verl parquet (needs the verl adapter, trainers/verl)
+  list          show the installed envs: id, tools, description
+  play          be the assistant: type each turn in the terminal (or pipe it in)
+  eval          run a model on N episodes, print accuracy & co., save the trajectories as JSONL
+  new-env       write a new env package (pyproject, env class, template, test) that passes its tests
+  export-verl   write an env's tasks as verl parquet (needs the verl adapter, trainers/verl)
+  export-model  write the embedded model as a Hugging Face folder, for vLLM and verl
 
 examples:
   agent-gym list
@@ -35,6 +39,7 @@ examples:
   agent-gym eval AgentR1/GSM8K-v0 --model Qwen/Qwen2.5-0.5B-Instruct --device cuda --json
   agent-gym eval AgentR1/Countdown-v0 --env-kwarg difficulty=easy --episodes 32
   agent-gym new-env my-task --dest envs
+  agent-gym export-model --out ~/models/smollm2-135m-instruct
 
 Run `agent-gym COMMAND --help` for the options of a command."""
 
@@ -166,6 +171,15 @@ def build_parser() -> argparse.ArgumentParser:
     from agent_gym.cli.scaffold import add_parser as add_new_env_parser
 
     add_new_env_parser(sub, formatter)
+    # Listed here for the help; `main` hands `export-verl ...` to the verl adapter's own parser
+    # before this one runs, so its options and --help are the adapter's.
+    p = sub.add_parser("export-verl", help="write an env's tasks as verl parquet (verl adapter)",
+                       add_help=False)
+    p.add_argument("adapter_args", nargs=argparse.REMAINDER)
+    p.set_defaults(func=lambda args: _export_verl(list(args.adapter_args)))
+    from agent_gym.cli.export_model import add_parser as add_export_model_parser
+
+    add_export_model_parser(sub, formatter)
     return parser
 
 
@@ -350,17 +364,59 @@ def _default_out(env_id: str) -> Path:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from agent_gym.models import DEFAULT_MODEL, load_tokenizer
-    from agent_gym.rollout import HFPolicy, run_episodes
-    from agent_gym.trajectory import TrajectoryWriter
+    from agent_gym.models import DEFAULT_MODEL, resolve_model
 
     env_id = _resolve_env_id(args.env_id)
     out = Path(args.out) if args.out else _default_out(env_id)
     model_name = args.model or DEFAULT_MODEL
-
-    if args.backend == "vllm" and (args.model is None or Path(args.model).suffix == ".gguf"):
+    # A --model that is no path and no hub name fails here, before transformers or torch is imported.
+    source = _user_errors(lambda: resolve_model(args.model))
+    if args.backend == "vllm" and (args.model is None or "gguf_file" in source.kwargs):
         raise UsageError("--backend vllm needs --model, a Hugging Face model folder (vLLM cannot read the "
-                         "embedded GGUF file; convert it first)")
+                         "embedded GGUF file; `agent-gym export-model --out DIR` writes one)")
+    if not args.json:
+        return _run_eval(args, env_id, out, model_name)
+    # --json: stdout carries the JSON and nothing else. Whatever the model stack prints while it
+    # loads and runs (vLLM logs to stdout, also from its engine process) goes to stderr.
+    if args.backend == "vllm":
+        os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+    with _stdout_to_stderr():
+        summary = _run_eval(args, env_id, out, model_name)
+    if isinstance(summary, int):
+        return summary
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """Send stdout to stderr for the block, at both levels: ``sys.stdout`` (Python prints, logging
+    handlers made meanwhile) and file descriptor 1 (C code, and child processes started meanwhile,
+    such as vLLM's engine core, which keep writing to stderr after the block)."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no fd 1 (a closed stdout): redirect Python's stdout only
+        saved = None
+    if saved is not None:
+        os.dup2(2, 1)
+    stdout, sys.stdout = sys.stdout, sys.stderr
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        sys.stdout = stdout
+        if saved is not None:
+            os.dup2(saved, 1)
+            os.close(saved)
+
+
+def _run_eval(args: argparse.Namespace, env_id: str, out: Path, model_name: str) -> Any:
+    """The eval run: an exit status, or (with --json) the summary to print."""
+    from agent_gym.models import load_tokenizer
+    from agent_gym.rollout import HFPolicy, run_episodes
+    from agent_gym.trajectory import TrajectoryWriter
+
     # Cheap checks first (tokenizer, data) so that a mistake is reported before the model loads.
     tokenizer = _user_errors(lambda: load_tokenizer(args.model))
     make_env = _env_factory(env_id, tokenizer=tokenizer, **_env_kwargs(args))
@@ -399,21 +455,30 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             )
         )
         run = lambda writer: run_episodes(envs, policy, batch_size=args.batch_size, writer=writer, **common)  # noqa: E731
-    with TrajectoryWriter(out, mode="w") as writer:
-        try:
-            result = run(writer)
-        except KeyboardInterrupt:
-            print(f"{PROG}: interrupted; {writer.count} finished trajectories are in {out}", file=sys.stderr)
-            return 130
-        finally:
-            if hasattr(policy, "close"):
-                policy.close()
+    writer = TrajectoryWriter(out, mode="w")
+    try:
+        with writer:
+            try:
+                result = run(writer)
+            finally:
+                if hasattr(policy, "close"):
+                    policy.close()
+    except BaseException as exc:
+        if writer.count == 0:  # interrupted or failed before any episode ended: leave no empty file
+            out.unlink(missing_ok=True)
+        if not isinstance(exc, KeyboardInterrupt):
+            raise
+        if writer.count == 0:
+            print(f"{PROG}: interrupted before any episode finished; no trajectory file written", file=sys.stderr)
+        else:
+            finished = "1 finished trajectory is" if writer.count == 1 else f"{writer.count} finished trajectories are"
+            print(f"{PROG}: interrupted; {finished} in {out}", file=sys.stderr)
+        return 130
 
     summary = {"env_id": env_id, "model": model_name, **result.summary(), "trajectories": str(out)}
     if args.json:
-        print(json.dumps(summary, indent=2))
-    else:
-        _print_summary(summary)
+        return summary
+    _print_summary(summary)
     return 0
 
 

@@ -1,0 +1,289 @@
+"""``agent-gym export-model``: write a model as a plain Hugging Face folder that vLLM and verl load.
+
+The embedded default model (SmolLM2-135M-Instruct) ships as a GGUF file, which vLLM and verl do not
+read. :func:`export_model` writes it (or any model :func:`agent_gym.models.resolve_model` accepts) as
+``config.json`` + ``model.safetensors`` + tokenizer files + ``generation_config.json``, with the end of
+turn as eos everywhere: transformers' GGUF reader maps SmolLM2's eos onto ``<|im_start|>`` (id 1),
+while the model ends a turn with ``<|im_end|>`` (id 2); a folder that kept id 1 would let vLLM and verl
+generate past the end of every turn.
+
+    agent-gym export-model --out ~/models/smollm2-135m-instruct
+    python -c "from agent_gym.cli.export_model import export_model; export_model('~/models/smollm2')"
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["export_model", "ExportedModel", "add_parser", "DTYPES"]
+
+DTYPES = ("bfloat16", "float32")
+
+# Weight files a model folder may hold: with force=True, old ones are removed so that the folder
+# does not mix the new weights with an earlier export's shards.
+_WEIGHT_PATTERNS = ("*.safetensors", "model.safetensors.index.json", "pytorch_model*.bin", "pytorch_model.bin.index.json")
+
+_EPILOG = """\
+The folder holds config.json, model.safetensors, generation_config.json and the tokenizer (with its
+chat template); AutoModelForCausalLM.from_pretrained(DIR), vLLM and verl load it from the path alone.
+The end-of-turn token is the eos in all three (for SmolLM2: <|im_end|>, id 2; pad <|endoftext|>, id 0),
+so generation stops at the end of a turn. The embedded model is dequantised from its GGUF once (and
+cached), so an export takes seconds after the first. This is the first step of the GPU training
+scripts (examples/run_smollm2-135m_*.sh read ~/models/smollm2-135m-instruct by default).
+
+examples:
+  agent-gym export-model --out ~/models/smollm2-135m-instruct
+  agent-gym export-model --out ~/models/smollm2-fp32 --dtype float32
+  agent-gym export-model --model ./my-checkpoint --out ~/models/ckpt --force"""
+
+
+@dataclass(frozen=True)
+class ExportedModel:
+    """What :func:`export_model` wrote."""
+
+    path: Path
+    parameters: int
+    dtype: str
+    eos_token: str
+    eos_token_id: int
+    pad_token: str | None
+    pad_token_id: int | None
+
+    def describe(self) -> str:
+        pad = f", pad {self.pad_token} (id {self.pad_token_id})" if self.pad_token_id is not None else ""
+        return (f"wrote {self.path} ({self.parameters / 1e6:.0f}M parameters, {self.dtype}; "
+                f"eos {self.eos_token} (id {self.eos_token_id}){pad})")
+
+
+def _check_target(out: Path, force: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"{out} exists and is not a folder")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise FileExistsError(f"{out} is not empty; pass --force to overwrite the model files in it")
+
+
+def _end_of_turn(tokenizer: Any) -> tuple[str, int]:
+    """The token that ends an assistant turn: the chat template's (one token), else the tokenizer's eos."""
+    from agent_gym.chat.template import ChatTemplate
+
+    ids = list(ChatTemplate(tokenizer).end_of_turn_ids) if getattr(tokenizer, "chat_template", None) else []
+    if len(ids) == 1:
+        token_id = int(ids[0])
+    elif tokenizer.eos_token_id is not None:
+        token_id = int(tokenizer.eos_token_id)
+    else:
+        raise ValueError("the tokenizer has neither a one-token end of turn nor an eos token; cannot export")
+    return tokenizer.convert_ids_to_tokens(token_id), token_id
+
+
+def _includes(value: Any, token_id: int) -> bool:
+    return value == token_id or (isinstance(value, (list, tuple)) and token_id in value)
+
+
+def _save_weights(lm: Any, folder: Path) -> None:
+    """``lm.save_pretrained``; for a model read from GGUF that transformers refuses to save
+    ("quantized with gguf and not serializable"), the config without its quantization entry plus
+    the dequantised weights."""
+    try:
+        lm.save_pretrained(str(folder))
+        return
+    except Exception:  # noqa: BLE001 - fall back below
+        for pattern in _WEIGHT_PATTERNS + ("config.json",):
+            for stale in folder.glob(pattern):
+                stale.unlink()
+    from safetensors.torch import save_model
+
+    config = copy.deepcopy(lm.config)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config.save_pretrained(str(folder))
+    save_model(lm, str(folder / "model.safetensors"))  # handles tied embeddings
+
+
+def export_model(
+    out: str | os.PathLike[str],
+    model: str | os.PathLike[str] | None = None,
+    *,
+    dtype: str = "bfloat16",
+    force: bool = False,
+) -> ExportedModel:
+    """Write ``model`` (default: the embedded SmolLM2-135M-Instruct) as a Hugging Face folder ``out``.
+
+    Args:
+        out: the folder to write (created; ``~`` is expanded).
+        model: anything :func:`agent_gym.models.resolve_model` accepts: ``None`` or a built-in name,
+            a ``.gguf`` file, a model folder, a hub name.
+        dtype: ``"bfloat16"`` (what vLLM and verl run; the default) or ``"float32"``.
+        force: overwrite the model files of a non-empty ``out`` (old weight files are removed, other
+            files are left alone); without it a non-empty ``out`` is refused.
+
+    Returns:
+        an :class:`ExportedModel` (path, parameter count, dtype, eos and pad).
+
+    Raises:
+        FileExistsError: ``out`` is not empty (and ``force`` is false), or is a file.
+        FileNotFoundError: ``model`` is neither an existing path nor a reachable hub name.
+        ValueError: an unknown ``dtype``.
+    """
+    from agent_gym.models import load_causal_lm, load_tokenizer, resolve_model
+
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    target = Path(os.path.expanduser(os.fspath(out)))
+    _check_target(target, force)
+    resolve_model(model)  # a bad name or path fails before anything loads
+
+    import torch
+    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+
+    lm = load_causal_lm(model, dtype=getattr(torch, dtype))
+    if hasattr(lm, "merge_and_unload"):  # a PEFT model: write the merged weights, not the adapter
+        lm = lm.merge_and_unload()
+    tokenizer = copy.deepcopy(load_tokenizer(model))  # the loader's copy is memoised: never mutate it
+    eos, eos_id = _end_of_turn(tokenizer)
+    tokenizer.eos_token = eos
+    if tokenizer.pad_token_id is None or tokenizer.pad_token_id == eos_id:
+        # a pad distinct from eos, where the vocabulary has one (SmolLM2: <|endoftext|>)
+        for candidate in ("<|endoftext|>", "<pad>", "<|pad|>"):
+            if candidate != eos and candidate in tokenizer.get_vocab():
+                tokenizer.pad_token = candidate
+                break
+    pad_id = tokenizer.pad_token_id
+
+    config = lm.config
+    if not _includes(config.eos_token_id, eos_id):
+        config.eos_token_id = eos_id
+    if pad_id is not None:
+        config.pad_token_id = pad_id
+    generation = copy.deepcopy(lm.generation_config) if getattr(lm, "generation_config", None) else GenerationConfig()
+    if not _includes(generation.eos_token_id, eos_id):
+        generation.eos_token_id = eos_id
+    if pad_id is not None:
+        generation.pad_token_id = pad_id
+    if generation.bos_token_id is None and config.bos_token_id is not None:
+        generation.bos_token_id = config.bos_token_id
+    lm.generation_config = generation
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.export-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tmp.mkdir()
+        _save_weights(lm, tmp)
+        generation.save_pretrained(str(tmp))
+        tokenizer.save_pretrained(str(tmp))
+        _portable(tmp)
+        _check_folder(tmp, eos_id, pad_id, AutoConfig, AutoTokenizer, GenerationConfig)
+        if target.is_dir() and any(target.iterdir()):
+            for pattern in _WEIGHT_PATTERNS:
+                for stale in target.glob(pattern):
+                    stale.unlink()
+            for item in tmp.iterdir():
+                os.replace(item, target / item.name)
+            tmp.rmdir()
+        else:
+            if target.is_dir():
+                target.rmdir()
+            os.replace(tmp, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return ExportedModel(
+        path=target,
+        parameters=sum(p.numel() for p in lm.parameters()),
+        dtype=dtype,
+        eos_token=eos,
+        eos_token_id=eos_id,
+        pad_token=tokenizer.pad_token,
+        pad_token_id=pad_id,
+    )
+
+
+def _portable(folder: Path) -> None:
+    """Make the folder read the same under transformers 4.x (verl 0.7's pin) as under 5.x, and give
+    its files the usual permissions (the weights are written 0600).
+
+    - transformers 5 writes ``rope_parameters`` only; 4.x ignores it and falls back to
+      ``rope_theta`` = 10,000 (SmolLM2's is 100,000): write ``rope_theta`` too, as the hub's configs do;
+    - its tokenizer class ``TokenizersBackend`` does not exist in 4.x: ``PreTrainedTokenizerFast``
+      (the same class under 5.x) reads the same ``tokenizer.json`` in both; the loading-time keys
+      ``backend``, ``is_local`` and ``local_files_only`` are dropped.
+    """
+    import json
+
+    def rewrite(name: str, change: Any) -> None:
+        path = folder / name
+        if path.is_file():
+            data = json.loads(path.read_text(encoding="utf-8"))
+            change(data)
+            path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+    def config(data: dict[str, Any]) -> None:
+        rope = data.get("rope_parameters")
+        if isinstance(rope, dict) and "rope_theta" in rope and "rope_theta" not in data:
+            data["rope_theta"] = rope["rope_theta"]
+
+    def tokenizer(data: dict[str, Any]) -> None:
+        if data.get("tokenizer_class") == "TokenizersBackend":
+            data["tokenizer_class"] = "PreTrainedTokenizerFast"
+        for key in ("backend", "is_local", "local_files_only"):
+            data.pop(key, None)
+
+    rewrite("config.json", config)
+    rewrite("tokenizer_config.json", tokenizer)
+    umask = os.umask(0)
+    os.umask(umask)
+    for item in folder.iterdir():
+        item.chmod(0o666 & ~umask)
+
+
+def _check_folder(folder: Path, eos_id: int, pad_id: int | None, AutoConfig: Any, AutoTokenizer: Any, GenerationConfig: Any) -> None:
+    """Read the written folder back the way vLLM and verl will (from the path alone) and check that
+    config, generation config and tokenizer agree on eos (and pad)."""
+    config = AutoConfig.from_pretrained(str(folder))
+    generation = GenerationConfig.from_pretrained(str(folder))
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    seen = {"config.json": config.eos_token_id, "generation_config.json": generation.eos_token_id,
+            "the tokenizer": tokenizer.eos_token_id}
+    wrong = {where: value for where, value in seen.items() if not _includes(value, eos_id)}
+    if wrong:
+        raise RuntimeError(f"exported eos is not id {eos_id} in {', '.join(f'{k} ({v})' for k, v in wrong.items())}")
+    if pad_id is not None and tokenizer.pad_token_id != pad_id:
+        raise RuntimeError(f"exported tokenizer's pad id is {tokenizer.pad_token_id}, expected {pad_id}")
+
+
+# -- command line -----------------------------------------------------------------------------------------
+
+
+def add_parser(subparsers: Any, formatter_class: Any = argparse.RawDescriptionHelpFormatter) -> argparse.ArgumentParser:
+    """Add the ``export-model`` subcommand to ``agent-gym``'s subparsers."""
+    p = subparsers.add_parser(
+        "export-model",
+        help="write a model as a HF folder for vLLM/verl",
+        description="Write a model as a Hugging Face folder (config.json, model.safetensors, tokenizer, "
+        "generation_config.json) that vLLM, verl and transformers load from the path alone: by default the "
+        "embedded SmolLM2-135M-Instruct, converted from its GGUF file, with <|im_end|> as eos.",
+        epilog=_EPILOG,
+        formatter_class=formatter_class,
+    )
+    p.add_argument("--out", required=True, metavar="DIR", help="folder to write (must be empty or new, unless --force)")
+    p.add_argument("--model", default=None, metavar="NAME_OR_PATH",
+                   help="a built-in name, .gguf file, model folder or hub name (default: the embedded SmolLM2-135M-Instruct)")
+    p.add_argument("--dtype", choices=DTYPES, default="bfloat16", help="weight dtype (default: %(default)s)")
+    p.add_argument("--force", action="store_true", help="overwrite the model files of a non-empty folder")
+    p.set_defaults(func=_cmd_export_model)
+    return p
+
+
+def _cmd_export_model(args: argparse.Namespace) -> int:
+    from agent_gym.cli.main import _user_errors
+
+    # A bad --model, a non-empty --out: one "agent-gym: error: ..." line, exit status 2.
+    exported = _user_errors(lambda: export_model(args.out, args.model, dtype=args.dtype, force=args.force))
+    print(exported.describe())
+    return 0
