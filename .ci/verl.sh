@@ -14,7 +14,6 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV_ROOT=${VERL_VENV_ROOT:-$REPO/.venv-verl}
 mkdir -p "$VENV_ROOT"
 PYTHON=${PYTHON:-python3}
-export AGENT_GYM_GSM8K_DIR=${AGENT_GYM_GSM8K_DIR:-$REPO/../shared/data/gsm8k}
 export PIP_DISABLE_PIP_VERSION_CHECK=1 TOKENIZERS_PARALLELISM=false HYDRA_FULL_ERROR=1
 
 COMMON_PKGS=(gguf accelerate gymnasium pydantic jinja2 tqdm pytest hypothesis)

@@ -16,7 +16,8 @@ def parse_args(default_dir: str, default_mode: str, description: str) -> argpars
     p.add_argument(
         "--local_dataset_path",
         default=None,
-        help="folder with the original GSM8K train.jsonl/test.jsonl (default: $AGENT_GYM_GSM8K_DIR, else the hub); "
+        help="folder with the original GSM8K train.jsonl/test.jsonl (default: $AGENT_GYM_GSM8K_DIR, "
+        "else the copy packaged with agent-r1-gym-gsm8k); "
         "stored in each row as the env's data_dir, so training finds the same files",
     )
     p.add_argument("--hdfs_dir", default=None, help="not supported here: copy the folder with your own tools")

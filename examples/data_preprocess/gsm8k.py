@@ -5,7 +5,7 @@
 Rows come from the env ``AgentR1/GSM8K-v0``'s own task source (``agent_gym_verl.export``): the prompt
 is the env's opening chat, ``extra_info`` names env and task, and ``agent_name`` selects the
 ``agent_gym`` agent loop (concat mode; one step, so concat and step mode coincide). The data comes
-from ``--local_dataset_path``, ``$AGENT_GYM_GSM8K_DIR`` or the Hugging Face hub (``openai/gsm8k``).
+from ``--local_dataset_path``, ``$AGENT_GYM_GSM8K_DIR`` or the copy packaged with agent-r1-gym-gsm8k.
 """
 
 import os

@@ -81,8 +81,10 @@ class GSM8KEnv(GSM8KTaskSource, AgentEnv):
     Args:
         tokenizer: see :class:`agent_gym.AgentEnv`.
         split: ``"train"`` or ``"test"``.
-        data_dir: folder with the original ``train.jsonl``/``test.jsonl`` (default:
-            ``$AGENT_GYM_GSM8K_DIR``, else the Hugging Face hub).
+        data_dir: folder with the original ``train.jsonl``/``test.jsonl``, or ``"hf://openai/gsm8k"``
+            to load the split from the Hugging Face hub (needs ``agent-r1-gym-gsm8k[hub]``). Default:
+            ``$AGENT_GYM_GSM8K_DIR`` (either form), else the copy packaged with this package (offline,
+            nothing to set up). See :mod:`agent_gym_gsm8k.data`.
         prompt_dir: a folder of jinja2 templates overriding the packaged ones (same file names).
         **kwargs: passed to :class:`agent_gym.AgentEnv` (``max_action_tokens``, ``chat_template``, ...).
     """

@@ -110,6 +110,8 @@ def test_missing_dir_error_names_both_ways_and_path(tmp_path: Path) -> None:
     assert DATA_DIR_ENV_VAR in message
     assert "openai/gsm8k" in message
     assert str(missing / "test.jsonl") in message
+    assert "the folder does not exist" in message
+    assert "set neither to use the copy packaged with agent-r1-gym-gsm8k" in message
     assert isinstance(excinfo.value, FileNotFoundError)
 
 
@@ -119,33 +121,34 @@ def test_missing_split_file_in_env_dir(tmp_path: Path, monkeypatch: pytest.Monke
     assert len(load_gsm8k("train")) == 1
     with pytest.raises(GSM8KNotFoundError, match="test.jsonl is missing") as excinfo:
         load_gsm8k("test")
-    assert f"${DATA_DIR_ENV_VAR}" in str(excinfo.value)
+    assert f"${DATA_DIR_ENV_VAR} -> {(tmp_path / 'test.jsonl').resolve()} is missing" in str(excinfo.value)
+    assert "the folder has no test.jsonl" in str(excinfo.value)
 
 
-def test_nothing_configured_and_no_hub(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_hub_without_datasets_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(DATA_DIR_ENV_VAR, raising=False)
 
-    def _no_hub(split: str) -> tuple[GSM8KTask, ...]:
+    def _no_hub(dataset_id: str, split: str) -> tuple[GSM8KTask, ...]:
         raise ImportError("No module named 'datasets'")
 
     # Simulate "datasets not installed" even where it is, so the test never touches the network.
     monkeypatch.setattr(gsm8k_data, "_load_hf_cached", _no_hub)
     with pytest.raises(GSM8KNotFoundError) as excinfo:
-        load_gsm8k("test")
+        load_gsm8k("test", "hf://openai/gsm8k")
     message = str(excinfo.value)
     assert DATA_DIR_ENV_VAR in message and "openai/gsm8k" in message
-    assert "not set" in message and "not installed" in message
+    assert "not installed" in message and "pip install 'datasets>=2.18'" in message
 
 
 def test_hub_failure_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(DATA_DIR_ENV_VAR, raising=False)
-
-    def _offline(split: str) -> tuple[GSM8KTask, ...]:
+    def _offline(dataset_id: str, split: str) -> tuple[GSM8KTask, ...]:
         raise ConnectionError("hub unreachable")
 
     monkeypatch.setattr(gsm8k_data, "_load_hf_cached", _offline)
-    with pytest.raises(GSM8KNotFoundError, match="ConnectionError: hub unreachable"):
+    monkeypatch.setenv(DATA_DIR_ENV_VAR, "hf://openai/gsm8k")
+    with pytest.raises(GSM8KNotFoundError, match="ConnectionError: hub unreachable") as excinfo:
         load_gsm8k("train")
+    assert f"${DATA_DIR_ENV_VAR} -> datasets.load_dataset('openai/gsm8k', 'main', split='train')" in str(excinfo.value)
 
 
 @pytest.mark.parametrize(

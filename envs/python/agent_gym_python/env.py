@@ -30,8 +30,9 @@ class GSM8KPythonEnv(GSM8KTaskSource, AgentEnv):
     Args:
         tokenizer: see :class:`agent_gym.AgentEnv`.
         split: ``"train"`` or ``"test"``.
-        data_dir: folder with GSM8K's ``train.jsonl``/``test.jsonl`` (default ``$AGENT_GYM_GSM8K_DIR``,
-            else the Hugging Face hub).
+        data_dir: folder with GSM8K's ``train.jsonl``/``test.jsonl``, or ``"hf://openai/gsm8k"`` for the
+            Hugging Face hub (default ``$AGENT_GYM_GSM8K_DIR``, else the copy packaged with
+            agent-r1-gym-gsm8k; :mod:`agent_gym_gsm8k.data`).
         stateful: keep Python variables across the calls of an episode (one sandbox worker per
             episode) rather than a fresh process per call.
         sandbox: a :class:`~agent_gym.sandbox.Sandbox` to use, or a :class:`SandboxConfig` / dict of
