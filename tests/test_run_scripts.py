@@ -1,0 +1,102 @@
+"""The GPU run scripts' first steps, checked without verl or a GPU: a script whose model folder or data is
+missing stops before verl starts, with exit status 1 and the exact command that makes it, and those
+commands are the ones the README's "Training with verl" section gives (same folders as the scripts read).
+What verl then does with the folders is checked by tests/verl/test_scripts.py (dry runs, verl installed)
+and on GPUs only."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+README = (REPO / "README.md").read_text()
+VERL_MD = (REPO / "docs" / "verl.md").read_text()
+
+
+def run_script(script: str, home: Path, **env: str) -> subprocess.CompletedProcess:
+    full_env = {k: v for k, v in os.environ.items() if k not in ("MODEL_PATH", "DATA_DIR", "AGENT_GYM_VERL_DRY_RUN")}
+    full_env.update(
+        HOME=str(home),
+        PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        PYTHONPATH=os.pathsep.join([str(REPO / "trainers" / "verl"), os.environ.get("PYTHONPATH", "")]),
+        **env,
+    )
+    return subprocess.run(["bash", str(REPO / "examples" / script)], env=full_env, capture_output=True, text=True,
+                          timeout=120)
+
+
+def missing(proc: subprocess.CompletedProcess, script: str) -> tuple[str, list[str]]:
+    """(the missing path, the commands printed for it) from a script that stopped on require_input."""
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    lines = proc.stderr.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith(f"{script}: "))
+    head = lines[at]
+    assert head.endswith(" is missing; make it first with:"), head
+    commands = [line[2:] for line in lines[at + 1:] if line.startswith("  ") and not line.startswith("  File")]
+    return head[len(script) + 2: -len(" is missing; make it first with:")], commands
+
+
+def home_relative(command: str, home: Path) -> str:
+    return command.replace(str(home), "~")
+
+
+@pytest.mark.parametrize("script", ["run_smollm2-135m_countdown.sh", "run_smollm2-135m_gsm8k_tool.sh"])
+def test_smollm2_scripts_default_to_the_export_model_folder_and_say_how_to_make_it(script, tmp_path):
+    path, commands = missing(run_script(script, tmp_path), script)
+    assert path == f"{tmp_path}/models/smollm2-135m-instruct/config.json"
+    assert commands == [f"agent-gym export-model --out {tmp_path}/models/smollm2-135m-instruct"]
+    documented = home_relative(commands[0], tmp_path)
+    assert documented in README and documented in VERL_MD
+
+
+def test_countdown_script_names_the_exports_that_write_the_folder_it_reads(tmp_path):
+    script = "run_smollm2-135m_countdown.sh"
+    model = tmp_path / "models" / "smollm2-135m-instruct"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    data = tmp_path / "data" / "countdown_easy"
+    path, commands = missing(run_script(script, tmp_path), script)
+    assert path == f"{data}/train.parquet"
+    [train] = commands
+    data.mkdir(parents=True)
+    (data / "train.parquet").write_bytes(b"")
+    path, [test] = missing(run_script(script, tmp_path), script)
+    assert path == f"{data}/test.parquet"
+    for command, split, limit in ((train, "train", 4096), (test, "test", 256)):
+        assert f"--out {data} " in command and "--mode step" in command  # the script runs step mode
+        assert f"--split {split}" in command and f"--limit {limit}" in command
+        # the README and docs/verl.md give the same command, word for word (~ for $HOME)
+        words = home_relative(command, tmp_path).split()
+        for doc in (README, VERL_MD):
+            assert any(line.split() == words for line in doc.splitlines()), (command, "not in the docs")
+
+
+@pytest.mark.parametrize("script,data,command", [
+    ("run_qwen2.5-3b.sh", "gsm8k", "python3 examples/data_preprocess/gsm8k.py --local_save_dir {d}"),
+    ("run_qwen3-4b_gsm8k_tool.sh", "gsm8k_tool", "python3 examples/data_preprocess/gsm8k_tool.py --local_save_dir {d}"),
+])
+def test_qwen_scripts_say_which_preprocess_writes_their_data(script, data, command, tmp_path):
+    path, commands = missing(run_script(script, tmp_path), script)
+    assert path == f"{tmp_path}/data/{data}/train.parquet"
+    assert commands == [command.format(d=f"{tmp_path}/data/{data}")]
+    assert home_relative(commands[0], tmp_path) in README
+
+
+def test_gsm8k_tool_script_data_command_follows_the_mode(tmp_path):
+    script = "run_smollm2-135m_gsm8k_tool.sh"
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    _, commands = missing(run_script(script, tmp_path, MODEL_PATH=str(model), MODE="concat"), script)
+    assert commands == [f"python3 examples/data_preprocess/gsm8k_tool.py --local_save_dir {tmp_path}/data/gsm8k_tool_concat --mode concat"]
+
+
+def test_a_hub_name_as_model_path_is_left_to_verl(tmp_path):
+    script = "run_smollm2-135m_gsm8k_tool.sh"
+    path, _ = missing(run_script(script, tmp_path, MODEL_PATH="HuggingFaceTB/SmolLM2-135M-Instruct"), script)
+    assert path.endswith("/data/gsm8k_tool/train.parquet")  # no model check: the data is the first thing missing
