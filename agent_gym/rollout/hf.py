@@ -31,6 +31,11 @@ class HFPolicy:
         stop_ids: ids that end a turn; default: the chat template's end-of-turn ids plus the
             tokenizer's eos id.
         batch_size: most prompts per ``model.generate`` call (larger batches are split).
+        prefix_cache_mb: memory for the key/value states kept between calls
+            (:class:`~agent_gym.rollout.prefix_cache.PrefixCache`): a prompt that extends an earlier
+            prompt plus its generation (the next turn of an episode), or shares a system prompt with
+            one, runs only its new tokens through the model. 0 turns the cache off; models whose cache
+            cannot be cut at a token (sliding-window or hybrid attention) never use it.
 
     Sampling is defined by these arguments only: the model's own ``generation_config`` defaults (a
     hub config's ``top_k``, ``repetition_penalty``...) are replaced, so that the reported logprobs
@@ -58,6 +63,7 @@ class HFPolicy:
         seed: int | None = 0,
         stop_ids: Sequence[int] | None = None,
         batch_size: int = 16,
+        prefix_cache_mb: float = 2048,
     ):
         import torch
         from transformers import GenerationConfig
@@ -103,6 +109,12 @@ class HFPolicy:
         )
         if seed is not None:
             torch.manual_seed(seed)
+        from agent_gym.rollout.prefix_cache import PrefixCache, cache_keyword, supports_prefix_cache
+
+        self.prefix_cache: PrefixCache | None = None
+        if prefix_cache_mb > 0 and supports_prefix_cache(self.model):
+            self.prefix_cache = PrefixCache(int(prefix_cache_mb * 2**20))
+            self._cache_kw = cache_keyword(self.model)
         self.generated_tokens = 0
         self.generate_seconds = 0.0
 
@@ -123,14 +135,19 @@ class HFPolicy:
         results: list[Generation | None] = [None] * len(prompts)
         for start in range(0, len(order), self.batch_size):
             chunk = order[start : start + self.batch_size]
-            for i, generation in zip(chunk, self._generate_batch([prompts[i] for i in chunk], max_new_tokens)):
+            batch = [prompts[i] for i in chunk]
+            if self.prefix_cache is not None and max(len(p) for p in batch) > 1:
+                generations = self._generate_batch_cached(batch, max_new_tokens)
+            else:
+                generations = self._generate_batch(batch, max_new_tokens)
+            for i, generation in zip(chunk, generations):
                 results[i] = generation
         self.generate_seconds += time.perf_counter() - started
         return [r for r in results if r is not None]
 
-    def _generate_batch(self, prompts: list[list[int]], max_new_tokens: int) -> list[Generation]:
+    def _padded(self, prompts: list[list[int]]) -> tuple[Any, Any]:
+        """Left-padded ``input_ids`` and ``attention_mask`` of ``prompts``."""
         import torch
-        from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
 
         width = max(len(p) for p in prompts)
         input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
@@ -138,7 +155,84 @@ class HFPolicy:
         for row, p in enumerate(prompts):
             input_ids[row, width - len(p) :] = torch.tensor(p, dtype=torch.long)
             attention_mask[row, width - len(p) :] = 1
+        return input_ids, attention_mask
 
+    def _generate_batch(self, prompts: list[list[int]], max_new_tokens: int) -> list[Generation]:
+        input_ids, attention_mask = self._padded(prompts)
+        new, logprobs, _ = self._run_generate(input_ids, attention_mask, max_new_tokens, {})
+        return self._finish(new, logprobs)
+
+    def _generate_batch_cached(self, prompts: list[list[int]], max_new_tokens: int) -> list[Generation]:
+        """:meth:`_generate_batch` with the states of every prompt's cached prefix reused.
+
+        Each prompt's uncached middle (all but its last token) is run through the model on its own,
+        starting from the longest prefix the cache holds (a prompt earlier in this batch may supply
+        it: the episodes' common system prompt is computed once). The per-prompt states are then laid
+        out left-padded, as ``generate`` lays out its own, and ``generate`` continues from them with
+        each prompt's last token. Afterwards the states of prompt + generated ids are cached.
+        """
+        import numpy as np
+        import torch
+
+        from agent_gym.rollout.prefix_cache import cache_layers, make_cache
+
+        cache = self.prefix_cache
+        assert cache is not None
+        kw = self._cache_kw
+        per_row: list[list[tuple[Any, Any]] | None] = []
+        for p in prompts:
+            ids = np.asarray(p, dtype=np.int64)
+            known, prefix = cache.longest_prefix(ids, len(ids) - 1)
+            cache.hits_tokens += known
+            todo = ids[known : len(ids) - 1]
+            if len(todo) == 0:
+                per_row.append(prefix)
+                continue
+            cache.prefill_tokens += len(todo)
+            past = make_cache(prefix) if prefix is not None else make_cache([])
+            with torch.inference_mode():
+                out = self.model(
+                    input_ids=torch.as_tensor(todo[None], device=self.device), use_cache=True, logits_to_keep=1, **{kw: past}
+                )
+            layers = cache_layers(getattr(out, "cache", None) or out.past_key_values)
+            cache.put(ids[: len(ids) - 1], layers)
+            per_row.append(layers)
+
+        width = max(len(p) for p in prompts)
+        template = next(layers for layers in per_row if layers)
+        batch_layers = []
+        for layer, (k0, v0) in enumerate(template):
+            keys = k0.new_zeros((len(prompts), k0.shape[1], width - 1, k0.shape[3]))
+            values = v0.new_zeros((len(prompts), v0.shape[1], width - 1, v0.shape[3]))
+            for row, (p, layers) in enumerate(zip(prompts, per_row)):
+                if layers:
+                    keys[row, :, width - len(p) :] = layers[layer][0][0]
+                    values[row, :, width - len(p) :] = layers[layer][1][0]
+            batch_layers.append((keys, values))
+        del per_row
+        input_ids, attention_mask = self._padded(prompts)
+        new, logprobs, states = self._run_generate(
+            input_ids, attention_mask, max_new_tokens, {kw: make_cache(batch_layers), "return_dict_in_generate": True}
+        )
+        results = self._finish(new, logprobs)
+        if states is not None:
+            layers = cache_layers(states)
+            for row, (p, gen) in enumerate(zip(prompts, results)):
+                # Cached: the prompt and every generated id but the last, whose states generate never computed.
+                start, stop = width - len(p), width + len(gen.ids) - 1
+                ids = np.asarray(list(p) + gen.ids[:-1], dtype=np.int64)
+                cache.put(ids, [(k[row : row + 1, :, start:stop].clone(), v[row : row + 1, :, start:stop].clone()) for k, v in layers])
+        return results
+
+    def _run_generate(
+        self, input_ids: Any, attention_mask: Any, max_new_tokens: int, extra: dict[str, Any]
+    ) -> tuple[Any, Any, Any]:
+        """``model.generate`` with our sampling and log-prob recorder: (new ids, their log-probs, the
+        returned cache or None)."""
+        import torch
+        from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
+
+        width = input_ids.shape[1]
         sample = self.temperature > 0
         processors = LogitsProcessorList()
         if sample:
@@ -155,7 +249,7 @@ class HFPolicy:
         # default to 50): the processors above do all the warping.
         neutral = {"top_k": 0} if sample else {}
         with torch.inference_mode():
-            sequences = self.model.generate(
+            output = self.model.generate(
                 input_ids=input_ids.to(self.device),
                 attention_mask=attention_mask.to(self.device),
                 max_new_tokens=max_new_tokens,
@@ -164,10 +258,18 @@ class HFPolicy:
                 eos_token_id=self.stop_ids,
                 pad_token_id=self.pad_id,
                 **neutral,
+                **extra,
             )
-            new = sequences[:, width:]
+            states = None
+            if extra.get("return_dict_in_generate"):
+                states = getattr(output, "cache", None) or getattr(output, "past_key_values", None)
+                output = output.sequences
+            new = output[:, width:]
             logprobs = recorder.finish(new[:, -1]) if new.shape[1] else torch.zeros_like(new, dtype=torch.float32)
+        return new, logprobs, states
 
+    def _finish(self, new: Any, logprobs: Any) -> list[Generation]:
+        """Cut each row after its first stop id (kept) into a :class:`Generation`."""
         stop = set(self.stop_ids)
         results = []
         for ids_row, lp_row in zip(new.tolist(), logprobs.tolist()):
