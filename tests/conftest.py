@@ -1,17 +1,13 @@
-"""Shared fixtures: the real GSM8K files and the embedded default model's tokenizer."""
+"""Shared fixtures: the embedded default model's tokenizer (GSM8K comes from the gsm8k package)."""
 
 from __future__ import annotations
 
 import gc
-import os
 from pathlib import Path
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-# CI and developers keep the GSM8K jsonl files in ../shared/data/gsm8k (never committed); an
-# explicit AGENT_GYM_GSM8K_DIR wins.
-os.environ.setdefault("AGENT_GYM_GSM8K_DIR", str(REPO_ROOT.parent / "shared" / "data" / "gsm8k"))
 
 
 @pytest.fixture(scope="session")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import gzip
 import json
-import os
 import time
 from pathlib import Path
 
@@ -13,32 +13,30 @@ import pytest
 from agent_gym_gsm8k import data as gsm8k_data
 from agent_gym_gsm8k.data import (
     DATA_DIR_ENV_VAR,
+    SPLITS,
     GSM8KNotFoundError,
     GSM8KTask,
     load_gsm8k,
 )
 
-
-def _repo_root() -> Path:
-    """The checkout root: the nearest ancestor holding both pyproject.toml and agent_gym/.
-
-    Searching (rather than a fixed parents[3]) keeps this right if the tests move within envs/.
-    """
-    here = Path(__file__).resolve()
-    for parent in here.parents:
-        if (parent / "pyproject.toml").is_file() and (parent / "agent_gym").is_dir():
-            return parent
-    return here.parents[3]  # envs/gsm8k/tests/<file> -> repo root
+PACKAGE_DIR = Path(gsm8k_data.__file__).resolve().parent
+TEMPLATES_DIR = PACKAGE_DIR / "templates"
 
 
-REAL_DATA_DIR = Path(
-    os.environ.get(DATA_DIR_ENV_VAR, str(_repo_root().parent / "shared" / "data" / "gsm8k"))
-)
-needs_real_data = pytest.mark.skipif(
-    not (REAL_DATA_DIR / "test.jsonl").is_file(),
-    reason=f"real GSM8K data not found in {REAL_DATA_DIR}; set {DATA_DIR_ENV_VAR}",
-)
-TEMPLATES_DIR = Path(gsm8k_data.__file__).resolve().parent / "templates"
+@pytest.fixture
+def packaged(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real GSM8K rows come from the copy packaged with agent-r1-gym-gsm8k: no variable may override it."""
+    monkeypatch.delenv(DATA_DIR_ENV_VAR, raising=False)
+
+
+@pytest.fixture(scope="module")
+def real_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding the original train.jsonl and test.jsonl: the packaged files, decompressed."""
+    folder = tmp_path_factory.mktemp("gsm8k")
+    for split in SPLITS:
+        raw = gzip.decompress((PACKAGE_DIR / "dataset" / f"{split}.jsonl.gz").read_bytes())
+        (folder / f"{split}.jsonl").write_bytes(raw)
+    return folder
 
 
 def _write_jsonl(path: Path, records: list[dict[str, str]]) -> None:
@@ -48,10 +46,9 @@ def _write_jsonl(path: Path, records: list[dict[str, str]]) -> None:
 # --- real data ---------------------------------------------------------------------------------
 
 
-@needs_real_data
-def test_real_split_sizes_and_first_task() -> None:
-    test = load_gsm8k("test", REAL_DATA_DIR)
-    train = load_gsm8k("train", REAL_DATA_DIR)
+def test_real_split_sizes_and_first_task(packaged: None) -> None:
+    test = load_gsm8k("test")
+    train = load_gsm8k("train")
     assert len(test) == 1319
     assert len(train) == 7473
     first = test[0]
@@ -65,9 +62,8 @@ def test_real_split_sizes_and_first_task() -> None:
     assert len({t.id for t in train}) == len(train)
 
 
-@needs_real_data
-def test_real_answers_are_raw_strings_after_marker() -> None:
-    tasks = load_gsm8k("train", REAL_DATA_DIR)
+def test_real_answers_are_raw_strings_after_marker(packaged: None) -> None:
+    tasks = load_gsm8k("train")
     # Raw answers are kept as written: some use thousands commas, a few are negative.
     assert any("," in t.answer for t in tasks)
     assert any(t.answer.startswith("-") for t in tasks)
@@ -76,14 +72,17 @@ def test_real_answers_are_raw_strings_after_marker() -> None:
         assert t.solution.rsplit("####", 1)[1].strip() == t.answer
 
 
-@needs_real_data
-def test_env_var_is_used_and_loading_is_fast(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(DATA_DIR_ENV_VAR, str(REAL_DATA_DIR))
+def test_env_var_is_used_and_loading_is_fast(
+    real_data_dir: Path, packaged: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from_package = load_gsm8k("train")
+    monkeypatch.setenv(DATA_DIR_ENV_VAR, str(real_data_dir))
     gsm8k_data._load_jsonl_cached.cache_clear()
     start = time.perf_counter()
     tasks = load_gsm8k("train")
     elapsed = time.perf_counter() - start
     assert len(tasks) == 7473
+    assert tasks == from_package  # the folder's original file and the packaged copy give the same tasks
     assert elapsed < 0.5, f"loading train took {elapsed:.3f}s"
     # Cached: a second call is a stat plus a list copy, and returns an independent list.
     start = time.perf_counter()

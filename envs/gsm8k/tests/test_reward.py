@@ -1,10 +1,9 @@
-"""Tests for agent_gym_gsm8k.reward, including every answer of the real GSM8K test split."""
+"""Tests for agent_gym_gsm8k.reward, including every answer of the real GSM8K test split (the copy
+packaged with agent-r1-gym-gsm8k)."""
 
 from __future__ import annotations
 
-import os
 from decimal import Decimal
-from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -16,24 +15,6 @@ from agent_gym_gsm8k.reward import (
     extract_final_answer,
     normalize_number,
     score_answer,
-)
-
-
-def _repo_root() -> Path:
-    """The checkout root: the nearest ancestor holding both pyproject.toml and agent_gym/."""
-    here = Path(__file__).resolve()
-    for parent in here.parents:
-        if (parent / "pyproject.toml").is_file() and (parent / "agent_gym").is_dir():
-            return parent
-    return here.parents[3]  # envs/gsm8k/tests/<file> -> repo root
-
-
-REAL_DATA_DIR = Path(
-    os.environ.get(DATA_DIR_ENV_VAR, str(_repo_root().parent / "shared" / "data" / "gsm8k"))
-)
-needs_real_data = pytest.mark.skipif(
-    not (REAL_DATA_DIR / "test.jsonl").is_file(),
-    reason=f"real GSM8K data not found in {REAL_DATA_DIR}; set {DATA_DIR_ENV_VAR}",
 )
 
 
@@ -178,9 +159,9 @@ def test_expected_must_be_a_number() -> None:
 # --- every real test answer --------------------------------------------------------------------
 
 
-@needs_real_data
-def test_every_real_test_answer_scores_correct() -> None:
-    tasks = load_gsm8k("test", REAL_DATA_DIR)
+def test_every_real_test_answer_scores_correct(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(DATA_DIR_ENV_VAR, raising=False)  # the packaged copy, whatever the shell sets
+    tasks = load_gsm8k("test")
     assert len(tasks) == 1319
     reformatted_big = 0
     for task in tasks:
