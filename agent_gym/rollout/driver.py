@@ -141,7 +141,8 @@ def run_episodes(
             seeded as above, which seeds nothing but the env's own randomness).
         max_new_tokens: the generation limit of each turn.
         batch_size: the most episodes in flight (and prompts per ``generate`` call).
-        progress: show a tqdm bar over episodes on stderr.
+        progress: show a tqdm bar over episodes on stderr; after every round it also shows the turns
+            played, generated tokens per second and the accuracy so far.
         writer: each trajectory is written here as soon as its episode ends.
         env_id: recorded in trajectories; default: the env's ``spec.id`` (else its class name).
         metadata: extra entries for every trajectory's ``metadata`` (e.g. the policy's settings).
@@ -165,6 +166,7 @@ def run_episodes(
     bar = _progress_bar(episodes, progress)
     started = time.perf_counter()
     next_episode = 0
+    turns = 0
 
     def start(slot: int) -> _Episode | None:
         nonlocal next_episode
@@ -185,6 +187,7 @@ def run_episodes(
             generations = policy.generate(prompts, max_new_tokens=max_new_tokens)
             if len(generations) != len(prompts):
                 raise RuntimeError(f"policy returned {len(generations)} generations for {len(prompts)} prompts")
+            turns += len(prompts)
             for slot, prompt, gen in zip(slots, prompts, generations):
                 episode = active[slot]
                 assert episode is not None
@@ -205,9 +208,16 @@ def run_episodes(
                         writer.write(trajectory)
                     finished.append(trajectory)
                     bar.update(1)
-                    bar.set_postfix(acc=f"{_accuracy(finished):.3f}", refresh=False)
                     # Refilled at once (in slot order) so the next round's prompts keep episode order.
                     active[slot] = start(slot)
+            # Every round (one turn of each active episode), so that a long run visibly moves.
+            elapsed = time.perf_counter() - started
+            bar.set_postfix(
+                turns=turns,
+                tok_s=f"{result.generated_tokens / elapsed:.1f}" if elapsed > 0 else "-",
+                acc=f"{_accuracy(finished):.3f}" if finished else "-",
+                refresh=True,
+            )
     finally:
         bar.close()
         result.wall_seconds = time.perf_counter() - started
@@ -275,4 +285,5 @@ def _progress_bar(total: int, enabled: bool) -> Any:
         return _NoBar()
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc="episodes", unit="ep", file=sys.stderr, dynamic_ncols=True)
+    # disable=False: asked for, so shown even where TQDM_DISABLE silences other libraries' bars.
+    return tqdm(total=total, desc="episodes", unit="ep", file=sys.stderr, dynamic_ncols=True, disable=False)

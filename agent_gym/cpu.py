@@ -1,0 +1,71 @@
+"""How many threads local generation should use on a CPU.
+
+torch starts one thread per logical CPU it sees. Where that is more threads than the cores a process
+may really use (hyper-threads, a CPU affinity mask, a container's CPU quota, or other busy processes),
+its OpenMP threads spin-wait in barriers on one another and decoding slows down by several times.
+One thread per physical core that the process may run on is the setting that never oversubscribes.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+__all__ = ["physical_cores", "configure_cpu_threads"]
+
+
+def _usable_cpus() -> list[int]:
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return list(range(os.cpu_count() or 1))
+
+
+def _cgroup_cpu_limit() -> int | None:
+    """The CPU quota of a cgroup v2 container, rounded up (``None``: no quota)."""
+    try:
+        with open("/sys/fs/cgroup/cpu.max", encoding="ascii") as fh:
+            quota, period = fh.read().split()[:2]
+    except (OSError, ValueError):
+        return None
+    if quota == "max":
+        return None
+    return max(1, math.ceil(int(quota) / int(period)))
+
+
+def physical_cores() -> int:
+    """Physical cores among the CPUs this process may run on, capped by a container's CPU quota."""
+    cores = set()
+    for cpu in _usable_cpus():
+        topology = f"/sys/devices/system/cpu/cpu{cpu}/topology"
+        try:
+            with open(f"{topology}/core_id", encoding="ascii") as fh:
+                core = fh.read().strip()
+            with open(f"{topology}/physical_package_id", encoding="ascii") as fh:
+                package = fh.read().strip()
+        except OSError:  # no topology (not Linux, some VMs): count logical CPUs
+            cores.add(("cpu", cpu))
+            continue
+        cores.add((package, core))
+    n = max(1, len(cores))
+    limit = _cgroup_cpu_limit()
+    return min(n, limit) if limit else n
+
+
+def configure_cpu_threads() -> int | None:
+    """Use one torch/OpenMP thread per physical core, unless ``OMP_NUM_THREADS`` is set (it wins).
+
+    Call it before torch is imported where possible (OpenMP reads the variable once); if torch is
+    already imported its thread count is set too. Returns the count chosen, or ``None`` when the
+    user's ``OMP_NUM_THREADS`` stands.
+    """
+    if os.environ.get("OMP_NUM_THREADS"):
+        return None
+    n = physical_cores()
+    os.environ["OMP_NUM_THREADS"] = str(n)
+    os.environ.setdefault("MKL_NUM_THREADS", str(n))
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(n)
+    return n
