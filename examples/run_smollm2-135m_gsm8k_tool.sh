@@ -13,9 +13,9 @@
 # as a Hugging Face folder (bf16 safetensors, tokenizer, <|im_end|> as eos). The script stops at once,
 # with the command, when the model or the data is missing.
 # The stock SmolLM2-135M-Instruct makes no tool call on this task, so every episode is one turn. For
-# multi-turn episodes give it a tool-use warm start first (a minute on a GPU) and train that:
-#   python3 examples/sft_warmstart_gsm8k_tool.py --out ~/models/smollm2-135m-gsm8k-tool-sft --offset 1000 --limit 3000
-#   MODEL_PATH=~/models/smollm2-135m-gsm8k-tool-sft bash examples/run_smollm2-135m_gsm8k_tool.sh
+# multi-turn episodes start from the packaged tool-use warm start (SmolLM2 + its LoRA, merged):
+#   agent-gym export-model --model smollm2-135m-tool --out ~/models/smollm2-135m-tool
+#   MODEL_PATH=~/models/smollm2-135m-tool bash examples/run_smollm2-135m_gsm8k_tool.sh
 # Expected GPU memory (one H200, verl 0.9.1 + vLLM 0.24, step mode, the warm-started model):
 # actor peak ~21.5 GB (micro-batches of 32 samples, no remove-padding, gradient checkpointing on), vLLM
 # gpu_memory_utilization=0.4 of the GPU while generating (asleep while training): a 40 GB+ GPU runs it as

@@ -45,7 +45,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__
     )
     parser.add_argument("--out", required=True, help="folder for the fine-tuned model, its tokenizer and sft_summary.json")
-    parser.add_argument("--model", default=None, help="Hugging Face model folder or name (default: the embedded SmolLM2-135M-Instruct)")
+    parser.add_argument("--model", default="smollm2-135m-instruct", help="model name or folder to fine-tune (default: %(default)s, the embedded SmolLM2-135M-Instruct without the packaged adapter)")
     parser.add_argument("--data-dir", default=None, help="GSM8K jsonl folder (default: $AGENT_GYM_GSM8K_DIR, else the hub)")
     parser.add_argument("--limit", type=int, default=2000, help="training problems to turn into demonstrations (default 2000)")
     parser.add_argument(
