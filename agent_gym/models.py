@@ -251,16 +251,29 @@ def _load_causal_lm(source: ModelSource, **kwargs: Any) -> Any:
     if not source.is_default:
         return AutoModelForCausalLM.from_pretrained(source.path, **source.kwargs, **kwargs)
     converted = cache_dir() / "models" / f"{BASE_MODEL}-transformers{_transformers_major_minor()}"
-    if (converted / "config.json").is_file():
+
+    def convert() -> Any:
+        return _DequantisedModel(AutoModelForCausalLM.from_pretrained(source.path, **source.kwargs))
+
+    return _cached_model(
+        converted, convert, lambda: AutoModelForCausalLM.from_pretrained(source.path, **source.kwargs, **kwargs), **kwargs
+    )
+
+
+def _cached_model(folder: Path, build: Any, uncached: Any, **kwargs: Any) -> Any:
+    """Load the model saved in ``folder``; if there is none (or a stale, partial one), ``build()`` it,
+    save it there atomically and load that. Where the cache cannot be written, ``uncached()``."""
+    from transformers import AutoModelForCausalLM
+
+    if (folder / "config.json").is_file():
         try:
-            return AutoModelForCausalLM.from_pretrained(str(converted), **kwargs)
-        except Exception:  # a stale or partial cache: convert again below
+            return AutoModelForCausalLM.from_pretrained(str(folder), **kwargs)
+        except Exception:  # a stale or partial cache: build it again below
             pass
-    lm = AutoModelForCausalLM.from_pretrained(source.path, **source.kwargs)
-    _save_atomically(_DequantisedModel(lm), converted)
-    if (converted / "config.json").is_file():
-        return AutoModelForCausalLM.from_pretrained(str(converted), **kwargs)
-    return AutoModelForCausalLM.from_pretrained(source.path, **source.kwargs, **kwargs)
+    _save_atomically(build(), folder)
+    if (folder / "config.json").is_file():
+        return AutoModelForCausalLM.from_pretrained(str(folder), **kwargs)
+    return uncached()
 
 
 def _load_merged(source: ModelSource, **kwargs: Any) -> Any:
@@ -269,8 +282,6 @@ def _load_merged(source: ModelSource, **kwargs: Any) -> Any:
     Merging costs a few seconds, so the merged weights are saved once under :func:`cache_dir` (keyed by
     the adapter's content) and later loads read that folder like any other model.
     """
-    from transformers import AutoModelForCausalLM
-
     adapter = Path(source.adapter)  # type: ignore[arg-type]
     digest = hashlib.sha256()
     for name in ("adapter_config.json", "adapter_model.safetensors"):
@@ -278,28 +289,22 @@ def _load_merged(source: ModelSource, **kwargs: Any) -> Any:
             digest.update((adapter / name).read_bytes())
     label = source.name or adapter.name
     merged = cache_dir() / "models" / f"{label}-{digest.hexdigest()[:12]}-transformers{_transformers_major_minor()}"
-    if (merged / "config.json").is_file():
-        try:
-            return AutoModelForCausalLM.from_pretrained(str(merged), **kwargs)
-        except Exception:  # a stale or partial cache: merge again below
-            pass
-    try:
-        from peft import PeftModel
-    except ImportError:
-        raise ImportError(
-            f"{label} is a LoRA adapter merged at load time, which needs peft: pip install peft "
-            "(it is in agent-r1-gym's [hf] extra)"
-        ) from None
     import torch
 
-    base = _load_causal_lm(source.base, dtype=torch.float32)
-    with warnings.catch_warnings():  # peft on transformers 5 warns about a renamed attribute it reads
-        warnings.simplefilter("ignore", FutureWarning)
-        lm = PeftModel.from_pretrained(base, str(adapter)).merge_and_unload()
-    _save_atomically(lm, merged)
-    if (merged / "config.json").is_file():
-        return AutoModelForCausalLM.from_pretrained(str(merged), **kwargs)
-    return lm.to(kwargs["dtype"]) if "dtype" in kwargs else lm
+    def merge() -> Any:
+        try:
+            from peft import PeftModel
+        except ImportError:
+            raise ImportError(
+                f"{label} is a LoRA adapter merged at load time, which needs peft: pip install peft "
+                "(it is in agent-r1-gym's [hf] extra)"
+            ) from None
+        base = _load_causal_lm(source.base, dtype=torch.float32)
+        with warnings.catch_warnings():  # peft on transformers 5 warns about a renamed attribute it reads
+            warnings.simplefilter("ignore", FutureWarning)
+            return PeftModel.from_pretrained(base, str(adapter)).merge_and_unload()
+
+    return _cached_model(merged, merge, lambda: merge().to(kwargs.get("dtype", torch.float32)), **kwargs)
 
 
 def _transformers_major_minor() -> str:
