@@ -51,11 +51,11 @@ def test_reloaded_model_gives_the_same_logits_as_load_causal_lm(exported, tokeni
     import torch
     from transformers import AutoModelForCausalLM
 
-    from agent_gym.models import load_causal_lm
+    from agent_gym.models import BASE_MODEL, load_causal_lm
 
     reloaded = AutoModelForCausalLM.from_pretrained(str(exported))
     assert reloaded.dtype == torch.bfloat16
-    reference = load_causal_lm(dtype=torch.bfloat16)
+    reference = load_causal_lm(BASE_MODEL, dtype=torch.bfloat16)  # export's default: SmolLM2 without the adapter
     prompt = tokenizer.apply_chat_template([{"role": "user", "content": "What is 2 + 3?"}], add_generation_prompt=True,
                                            tokenize=True)["input_ids"]
     ids = torch.tensor([prompt])
@@ -73,7 +73,7 @@ def test_float32_export_and_force(exported, tmp_path, capsys):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from agent_gym.models import load_causal_lm
+    from agent_gym.models import BASE_MODEL, load_causal_lm
 
     out = tmp_path / "fp32"
     out.mkdir()
@@ -91,4 +91,4 @@ def test_float32_export_and_force(exported, tmp_path, capsys):
     assert reloaded.dtype == torch.float32
     ids = torch.tensor([[1, 9690, 198, 2683, 359, 253, 5356, 5646]])
     with torch.no_grad():
-        assert torch.equal(reloaded(ids).logits, load_causal_lm()(ids).logits)
+        assert torch.equal(reloaded(ids).logits, load_causal_lm(BASE_MODEL)(ids).logits)

@@ -113,7 +113,8 @@ def export_model(
     dtype: str = "bfloat16",
     force: bool = False,
 ) -> ExportedModel:
-    """Write ``model`` (default: the embedded SmolLM2-135M-Instruct) as a Hugging Face folder ``out``.
+    """Write ``model`` (default: the embedded SmolLM2-135M-Instruct, :data:`~agent_gym.models.BASE_MODEL`,
+    without the tool-use adapter of the default model) as a Hugging Face folder ``out``.
 
     Args:
         out: the folder to write (created; ``~`` is expanded).
@@ -131,8 +132,10 @@ def export_model(
         FileNotFoundError: ``model`` is neither an existing path nor a reachable hub name.
         ValueError: an unknown ``dtype``.
     """
-    from agent_gym.models import load_causal_lm, load_tokenizer, resolve_model
+    from agent_gym.models import BASE_MODEL, load_causal_lm, load_tokenizer, resolve_model
 
+    # RL starts from the instruction model itself; the tool-use default is asked for by name.
+    model = BASE_MODEL if model is None else model
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     target = Path(os.path.expanduser(os.fspath(out)))
@@ -273,7 +276,8 @@ def add_parser(subparsers: Any, formatter_class: Any = argparse.RawDescriptionHe
     )
     p.add_argument("--out", required=True, metavar="DIR", help="folder to write (must be empty or new, unless --force)")
     p.add_argument("--model", default=None, metavar="NAME_OR_PATH",
-                   help="a built-in name, .gguf file, model folder or hub name (default: the embedded SmolLM2-135M-Instruct)")
+                   help="a built-in name (smollm2-135m-instruct, smollm2-135m-tool), .gguf file, model or LoRA adapter folder, "
+                   "or hub name (default: smollm2-135m-instruct, the embedded SmolLM2 without the tool-use adapter)")
     p.add_argument("--dtype", choices=DTYPES, default="bfloat16", help="weight dtype (default: %(default)s)")
     p.add_argument("--force", action="store_true", help="overwrite the model files of a non-empty folder")
     p.set_defaults(func=_cmd_export_model)
