@@ -22,6 +22,28 @@ from agent_gym.tools import HermesParser
 IDS = ["AgentR1/GSM8K-v0", "AgentR1/GSM8KTool-v0"]
 
 
+@pytest.fixture(autouse=True)
+def process_settings_restored(monkeypatch):
+    """eval sets OMP_NUM_THREADS, MKL_NUM_THREADS, OMP_WAIT_POLICY, TQDM_DISABLE and
+    HF_HUB_DISABLE_PROGRESS_BARS in os.environ and torch's thread count for the whole process
+    (agent_gym.cpu.configure_cpu_threads, _silence_library_bars): each test here gets them back as they
+    were, so no later test inherits them."""
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY", "TQDM_DISABLE", "HF_HUB_DISABLE_PROGRESS_BARS"):
+        if name in os.environ:
+            monkeypatch.setenv(name, os.environ[name])
+        else:  # recorded as unset, so that teardown removes what the test set
+            monkeypatch.setenv(name, "")
+            monkeypatch.delenv(name)
+    try:
+        import torch
+    except ImportError:  # no [hf] extra: eval has no threads to set
+        torch = None
+    threads = torch.get_num_threads() if torch is not None else None
+    yield
+    if torch is not None:
+        torch.set_num_threads(threads)
+
+
 def known_ids() -> str:
     return ", ".join(card.id for card in agent_gym.list_envs())
 
@@ -431,3 +453,111 @@ def test_export_verl_bad_tokenizer_is_one_line(tmp_path, monkeypatch, capsys):
     assert code == 2
     assert capsys.readouterr().err == "agent-gym export-verl: error: no such file or folder: ./nope\n"
     assert list(tmp_path.iterdir()) == []
+
+
+# -- eval's defaults, its stderr lines and the progress bar ------------------------------------------------
+
+
+@pytest.fixture()
+def thread_settings(monkeypatch):
+    """OMP_NUM_THREADS and MKL_NUM_THREADS unset for the test (restored after)."""
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_eval_help_shows_the_defaults_and_both_built_in_models(capsys):
+    from agent_gym.cli.main import build_parser
+    from agent_gym.models import BASE_MODEL, BUILTIN_MODELS, DEFAULT_MODEL
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["eval", "--help"])
+    assert exit_info.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines at the terminal's width
+    assert "--batch-size BATCH_SIZE episodes generated together (default: 32)" in text
+    assert "--max-new-tokens MAX_NEW_TOKENS token limit of each assistant turn (default: 256)" in text
+    assert "--episodes EPISODES episodes to run (default: 20)" in text
+    assert sorted(BUILTIN_MODELS) == sorted([DEFAULT_MODEL, BASE_MODEL])
+    assert f"built-in name: {DEFAULT_MODEL} (the default: SmolLM2-135M-Instruct with the project's tool-use LoRA)" in text
+    assert f"or {BASE_MODEL} (SmolLM2 alone)" in text
+    args = build_parser().parse_args(["eval", "AgentR1/GSM8K-v0"])
+    assert (args.batch_size, args.max_new_tokens, args.episodes, args.model) == (32, 256, 20, None)
+
+
+def postfixes(stderr: str) -> list[tuple[int, str]]:
+    """The (turns, acc) the bar showed, in order, each change once (tqdm also redraws an unchanged
+    postfix when an episode ends and when the bar closes); tqdm sorts the postfix's keys."""
+    import re
+
+    seen: list[tuple[int, str]] = []
+    for acc, tok_s, turns in re.findall(r"acc=([-0-9.]+), tok_s=([-0-9.]+), turns=(\d+)", stderr):
+        assert tok_s == "-" or re.fullmatch(r"\d+\.\d", tok_s), tok_s
+        if not seen or seen[-1] != (int(turns), acc):
+            seen.append((int(turns), acc))
+    return seen
+
+
+def test_progress_bar_shows_turns_and_accuracy_after_every_round(tokenizer, capsys):
+    import gymnasium as gym
+
+    from agent_gym.rollout import ScriptedPolicy, run_episodes
+
+    def calc(expression: str) -> str:
+        return HermesParser().format_calls([{"name": "calculate", "arguments": {"expression": expression}}])
+
+    janet = {1: calc("16 - 3 - 4"), 2: calc("9 * 2"), 3: "She sells 9 eggs for $2 each.\n#### 18"}
+
+    def script(conversation: int, turn: int) -> str:
+        # Episode 0 (test-0) takes three turns and is right; the others answer at once, wrongly.
+        return janet[turn] if conversation == 0 else f"I guess.\n#### {conversation}"
+
+    make_env = lambda: gym.make("AgentR1/GSM8KTool-v0", tokenizer=tokenizer, split="test")  # noqa: E731
+    task_ids = [f"test-{i}" for i in range(5)]
+    capsys.readouterr()
+    result = run_episodes(make_env, ScriptedPolicy(tokenizer, script), task_ids=task_ids, batch_size=2, progress=True)
+    err = capsys.readouterr().err
+    # Rounds: [ep0 t1, ep1], [ep0 t2, ep2], [ep0 t3, ep3], [ep4]: 2, 4, 6, 7 turns; ep0 is right.
+    assert postfixes(err) == [(2, "0.000"), (4, "0.000"), (6, "0.250"), (7, "0.200")]
+    assert "episodes: 100%" in err and "5/5" in err
+    assert sum(t.num_turns for t in result.trajectories) == 7
+
+    # No episode has ended yet after the first two rounds: the accuracy is "-" until one has.
+    run_episodes(make_env, ScriptedPolicy(tokenizer, script), task_ids=["test-0"], batch_size=1, progress=True)
+    assert postfixes(capsys.readouterr().err) == [(1, "-"), (2, "-"), (3, "1.000")]
+
+
+def test_eval_prints_the_model_and_its_threads_and_draws_the_bar(thread_settings, tokenizer, tmp_path, monkeypatch,
+                                                                   capsys):
+    import torch
+
+    from agent_gym.cpu import physical_cores
+    from agent_gym.models import cache_dir
+    from agent_gym.rollout import ScriptedPolicy
+
+    def make(model, *, tokenizer, **kwargs):
+        policy = ScriptedPolicy(tokenizer, lambda conversation, turn: "#### 18")
+        policy.device = torch.device("cpu")  # what eval reports, as HFPolicy has it
+        return policy
+
+    monkeypatch.setattr(agent_gym.rollout, "HFPolicy", make, raising=False)
+    argv = ["eval", "AgentR1/GSM8K-v0", "--episodes", "3", "--batch-size", "2", "--out", str(tmp_path / "e.jsonl")]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    n = physical_cores()
+    assert os.environ["OMP_NUM_THREADS"] == str(n) and torch.get_num_threads() == n
+    lines = err.splitlines()
+    assert lines[:2] == [
+        f"agent-gym: loading smollm2-135m-tool (converted once, then read from {cache_dir()})",
+        f"agent-gym: smollm2-135m-tool on {n} CPU threads",
+    ]
+    # GSM8K-v0 episodes take one turn; two slots: a round of 2, then one of 1.
+    assert [turns for turns, _ in postfixes(err)] == [2, 3]
+
+
+def test_eval_keeps_a_users_omp_num_threads_and_no_progress_prints_nothing(thread_settings, tokenizer, tmp_path,
+                                                                           monkeypatch, capsys):
+    scripted_hf_policy(monkeypatch, lambda conversation, turn: "#### 18")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    argv = ["eval", "AgentR1/GSM8K-v0", "--episodes", "2", "--no-progress", "--out", str(tmp_path / "e.jsonl")]
+    assert main(argv) == 0
+    assert os.environ["OMP_NUM_THREADS"] == "1" and "MKL_NUM_THREADS" not in os.environ
+    assert capsys.readouterr().err == ""

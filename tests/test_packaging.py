@@ -164,6 +164,21 @@ def test_wheels_hold_the_package_data(clean_venv):
         assert not any(n.startswith("agent_gym_") for n in zf.namelist())
 
 
+def test_core_wheel_holds_the_packaged_lora_adapter(clean_venv):
+    """The default model (smollm2-135m-tool) merges the adapter under agent_gym/adapters at load time:
+    every file of that folder is in the wheel, byte for byte."""
+    core_whl, _ = clean_venv["wheels"]
+    adapters = REPO_ROOT / "agent_gym" / "adapters"
+    files = {p.relative_to(REPO_ROOT).as_posix(): p for p in adapters.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+    assert {"agent_gym/adapters/smollm2-135m-tool/adapter_config.json",
+            "agent_gym/adapters/smollm2-135m-tool/adapter_model.safetensors"} <= set(files)
+    with zipfile.ZipFile(core_whl) as zf:
+        in_wheel = {n for n in zf.namelist() if n.startswith("agent_gym/adapters/")}
+        assert in_wheel == set(files)
+        for name, path in files.items():
+            assert zf.read(name) == path.read_bytes(), name
+
+
 def test_countdown_wheel_works_in_a_clean_venv(clean_venv):
     assert {"gymnasium", "numpy", "pydantic", "jinja2", "transformers", "tokenizers"} <= set(clean_venv["closure"])
     assert "torch" not in clean_venv["closure"]  # an extra of the core, not a dependency
