@@ -124,6 +124,12 @@ def resolve_model(name_or_path: str | os.PathLike[str] | None = None) -> ModelSo
         if not base_name:
             raise ValueError(f"{text}: adapter_config.json names no base_model_name_or_path")
         base = resolve_model(base_name)
+        if base.adapter is not None:
+            # One adapter per model: merging onto an already merged base would silently drop a layer.
+            raise ValueError(
+                f"{text}: its base {base_name} carries an adapter of its own; merge that first "
+                f"(agent-gym export-model --model {base_name} --out DIR) and name DIR as the base"
+            )
         return ModelSource(base.path, base.kwargs, base.is_default, adapter=str(path), name=None)
     if path.suffix == ".gguf":
         if not path.is_file():

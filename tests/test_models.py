@@ -188,3 +188,17 @@ def test_the_merged_weights_differ_from_the_base_on_the_lora_targets_only():
     assert "model.embed_tokens.weight" in untouched and "model.norm.weight" in untouched
     for key in untouched:  # embeddings, norms: LoRA left them alone
         assert torch.equal(tool[key], base[key]), key
+
+
+def test_an_adapter_on_an_adapter_is_refused_with_the_way_out(tmp_path):
+    """An adapter trained on the default model (itself SmolLM2 + a LoRA) would lose that LoRA if only
+    the GGUF were loaded under it: refused, naming the export that makes a plain base folder."""
+    from agent_gym.models import DEFAULT_MODEL, resolve_model
+
+    (tmp_path / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": DEFAULT_MODEL}))
+    with pytest.raises(ValueError) as info:
+        resolve_model(str(tmp_path))
+    assert str(info.value) == (
+        f"{tmp_path}: its base {DEFAULT_MODEL} carries an adapter of its own; merge that first "
+        f"(agent-gym export-model --model {DEFAULT_MODEL} --out DIR) and name DIR as the base"
+    )
