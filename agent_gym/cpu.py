@@ -4,8 +4,8 @@ torch starts one thread per logical CPU it sees. Where that is more threads than
 may really use (hyper-threads, a CPU affinity mask, a container's CPU quota, or other busy processes),
 its OpenMP threads spin-wait in barriers on one another and decoding slows down by several times.
 One thread per physical core that the process may run on is the setting that never oversubscribes
-by itself. When other processes already keep the cores busy, spinning is what costs (decoding ran
-about 20x slower beside a test suite on 2 cores), so threads then sleep while they wait
+by itself. When other processes already keep the cores busy, spinning is what costs (a decode step
+ran 8x slower beside two busy processes on 2 cores), so threads then sleep while they wait
 (``OMP_WAIT_POLICY=PASSIVE``), which on an idle machine costs about 15% and so is not the default.
 """
 
@@ -56,13 +56,33 @@ def physical_cores() -> int:
     return min(n, limit) if limit else n
 
 
-def _busy(cores: int) -> bool:
-    """Whether other work already runs on the machine: a one-minute load average of at least half a
-    core per core of ours (a rough, lagging sign, but one that needs no sampling)."""
+def _cpu_times() -> tuple[int, int] | None:
+    """(busy, total) jiffies of all CPUs since boot, from ``/proc/stat`` (``None`` off Linux)."""
     try:
-        return os.getloadavg()[0] >= 0.5 * cores
-    except (AttributeError, OSError):
+        with open("/proc/stat", encoding="ascii") as fh:
+            fields = [int(x) for x in fh.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields[:8]) - idle, sum(fields[:8])
+
+
+def _busy(cores: int, window_s: float = 0.25) -> bool:
+    """Whether other work keeps the machine busy now: at least half a core per core of ours in use
+    over a short window. Sampled, not read off the load average, which lags by a minute: right after
+    a ``pip install`` it still says busy on an idle machine."""
+    import time
+
+    first = _cpu_times()
+    if first is None:
         return False
+    time.sleep(window_s)
+    second = _cpu_times()
+    if second is None or second[1] <= first[1]:
+        return False
+    online = os.cpu_count() or 1
+    used_cores = (second[0] - first[0]) / (second[1] - first[1]) * online
+    return used_cores >= 0.5 * cores
 
 
 def configure_cpu_threads() -> int | None:

@@ -152,15 +152,24 @@ def test_a_busy_machine_makes_waiting_threads_sleep_unless_the_user_chose(thread
     assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE"
 
 
-@pytest.mark.parametrize(("load", "cores", "busy"), [(1.0, 2, True), (0.99, 2, False), (0.0, 1, False), (3.5, 4, True)])
-def test_busy_means_a_load_average_of_half_a_core_per_core(monkeypatch, load, cores, busy):
-    monkeypatch.setattr(cpu.os, "getloadavg", lambda: (load, 9.0, 9.0))  # only the one-minute figure counts
-    assert cpu._busy(cores) is busy
+@pytest.mark.parametrize(("used", "cores", "busy"), [(1.0, 2, True), (0.99, 2, False), (0.0, 1, False), (2.0, 4, True)])
+def test_busy_means_half_a_core_per_core_in_use_now(monkeypatch, used, cores, busy):
+    """Two /proc/stat samples 1000 jiffies apart over the machine's CPUs; ``used`` cores of them busy."""
+    online = 4
+    monkeypatch.setattr(cpu.os, "cpu_count", lambda: online)
+    samples = iter([(0, 0), (round(1000 * used / online), 1000)])
+    monkeypatch.setattr(cpu, "_cpu_times", lambda: next(samples))
+    assert cpu._busy(cores, window_s=0) is busy
 
 
-def test_no_load_average_is_not_busy(monkeypatch):
-    def unavailable():
-        raise OSError("no load average")
+def test_no_cpu_statistics_is_not_busy(monkeypatch):
+    monkeypatch.setattr(cpu, "_cpu_times", lambda: None)
+    assert cpu._busy(2, window_s=0) is False
 
-    monkeypatch.setattr(cpu.os, "getloadavg", unavailable)
-    assert cpu._busy(2) is False
+
+def test_cpu_times_reads_proc_stat():
+    times = cpu._cpu_times()
+    if times is None:
+        pytest.skip("no /proc/stat here")
+    busy, total = times
+    assert 0 <= busy <= total and total > 0
