@@ -25,7 +25,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["PrefixCache", "supports_prefix_cache", "cache_keyword"]
+__all__ = ["PrefixCache", "supports_prefix_cache", "cache_keyword", "cache_layers", "make_cache"]
 
 
 @dataclass
@@ -60,7 +60,7 @@ def cache_keyword(model: Any) -> str:
     return "cache" if "cache" in params else "past_key_values"
 
 
-def _layers_of(cache: Any) -> list[tuple[Any, Any]]:
+def cache_layers(cache: Any) -> list[tuple[Any, Any]]:
     """(keys, values) per layer of a transformers ``DynamicCache`` of any 4.4x-5.x release."""
     if hasattr(cache, "layers"):
         return [(layer.keys, layer.values) for layer in cache.layers]
@@ -147,7 +147,3 @@ class PrefixCache:
     def _drop(self, key: int) -> None:
         self._bytes -= self._entries.pop(key).nbytes
 
-
-def cache_layers(cache: Any) -> list[tuple[Any, Any]]:
-    """Public alias of the per-layer view of a transformers cache (see :func:`_layers_of`)."""
-    return _layers_of(cache)
