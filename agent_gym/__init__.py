@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agent_gym.core import async_step as _async_step
 from agent_gym.registry import NAMESPACE, discover_envs, list_envs, register_env
 
 __version__ = "0.2.0.dev0"
@@ -43,4 +44,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'agent_gym' has no attribute {name!r}")
 
 
+# `await env.astep(...)` on what gym.make returns (gymnasium's wrappers have no async step).
+_async_step.install()
 discover_envs()

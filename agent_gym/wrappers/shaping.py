@@ -11,6 +11,8 @@ from typing import Any
 
 import gymnasium as gym
 
+from agent_gym.core.async_step import astep
+
 __all__ = ["RewardShaping"]
 
 
@@ -50,7 +52,7 @@ class RewardShaping(gym.Wrapper):
 
     async def astep(self, action: Any):
         """Async step of the wrapped env, shaped the same way."""
-        obs, reward, terminated, truncated, info = await self.env.unwrapped.astep(action)
+        obs, reward, terminated, truncated, info = await astep(self.env, action)
         return (obs, *self._shape(reward, terminated, truncated, info))
 
     def _shape(self, reward: float, terminated: bool, truncated: bool, info: dict[str, Any]):

@@ -1,0 +1,127 @@
+"""``await env.astep(action)`` on whatever ``gym.make`` returns.
+
+Gymnasium has no async step, and ``gym.make`` wraps every env in its own wrappers
+(``PassiveEnvChecker``, ``OrderEnforcing``, ``TimeLimit`` when the spec has a step limit), which since
+gymnasium 1.0 no longer forward unknown attributes. So without help ``env.astep`` exists only on
+``env.unwrapped``, and calling it there would skip what the wrappers do (order checks, step limits,
+reward shaping).
+
+This module is the one place that changes gymnasium: :func:`install` gives ``gymnasium.Wrapper`` an
+``astep`` method (it adds the attribute, never replaces one). For a wrapper layer it does what the
+layer's ``step`` would do, awaiting the layer below instead of blocking:
+
+- a layer whose ``step`` is ``Wrapper.step`` itself (it only forwards) awaits the inner layer's
+  ``astep``;
+- gymnasium's own ``OrderEnforcing``, ``PassiveEnvChecker``, ``TimeLimit``, ``ObservationWrapper``,
+  ``RewardWrapper`` and ``ActionWrapper`` get async versions of their ``step`` (same checks, same
+  truncation, same transforms);
+- any other wrapper that overrides ``step`` (a user's, another library's) keeps its exact semantics:
+  its ``step`` runs in a worker thread (blocking only that thread, not the event loop). A wrapper that
+  defines its own ``astep`` is used as it is (this project's wrappers do).
+
+The innermost env is awaited through its own ``astep`` (every ``AgentEnv`` has one) or, for an env
+without one, stepped in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Awaitable, Callable
+
+import gymnasium as gym
+from gymnasium.error import ResetNeeded
+from gymnasium.wrappers import common
+
+__all__ = ["astep", "install"]
+
+StepResult = tuple[Any, Any, bool, bool, dict[str, Any]]
+
+
+async def astep(env: Any, action: Any) -> StepResult:
+    """Step any env or wrapper stack without blocking the event loop.
+
+    ``env.astep(action)`` when the object has one (every ``AgentEnv``, and every gymnasium wrapper once
+    :func:`install` ran); else ``env.step`` in a worker thread.
+    """
+    method = getattr(env, "astep", None)
+    if method is not None:
+        return await method(action)
+    return await asyncio.to_thread(env.step, action)
+
+
+async def _forward(self: gym.Wrapper, action: Any) -> StepResult:
+    return await astep(self.env, action)
+
+
+async def _order_enforcing(self: common.OrderEnforcing, action: Any) -> StepResult:
+    if not self._has_reset:
+        raise ResetNeeded("Cannot call env.step() before calling env.reset()")
+    return await astep(self.env, action)
+
+
+async def _passive_env_checker(self: common.PassiveEnvChecker, action: Any) -> StepResult:
+    if self.checked_step is False:
+        # The first step runs gymnasium's checker, which calls the inner step synchronously: run that
+        # one step as gymnasium does, in a thread so that a waiting tool does not stall the loop.
+        return await asyncio.to_thread(self.step, action)
+    result = await astep(self.env, action)
+    if self.checked_data_reuse is False:
+        obs, _, _, _, info = result
+        from gymnasium.utils.passive_env_checker import env_data_reuse_passive_checker
+
+        env_data_reuse_passive_checker(self._previous_data, (obs, info), "step", "step")
+        self._previous_data = None
+        self.checked_data_reuse = True
+    return result
+
+
+async def _time_limit(self: common.TimeLimit, action: Any) -> StepResult:
+    obs, reward, terminated, truncated, info = await astep(self.env, action)
+    self._elapsed_steps += 1
+    if self._elapsed_steps >= self._max_episode_steps:
+        truncated = True
+    return obs, reward, terminated, truncated, info
+
+
+async def _observation_wrapper(self: gym.ObservationWrapper, action: Any) -> StepResult:
+    obs, reward, terminated, truncated, info = await astep(self.env, action)
+    return self.observation(obs), reward, terminated, truncated, info
+
+
+async def _reward_wrapper(self: gym.RewardWrapper, action: Any) -> StepResult:
+    obs, reward, terminated, truncated, info = await astep(self.env, action)
+    return obs, self.reward(reward), terminated, truncated, info
+
+
+async def _action_wrapper(self: gym.ActionWrapper, action: Any) -> StepResult:
+    return await astep(self.env, self.action(action))
+
+
+# The class that defines a layer's ``step`` -> the async form of that ``step``.
+_ASYNC_FORMS: dict[type, Callable[[Any, Any], Awaitable[StepResult]]] = {
+    gym.Wrapper: _forward,
+    common.OrderEnforcing: _order_enforcing,
+    common.PassiveEnvChecker: _passive_env_checker,
+    common.TimeLimit: _time_limit,
+    gym.ObservationWrapper: _observation_wrapper,
+    gym.RewardWrapper: _reward_wrapper,
+    gym.ActionWrapper: _action_wrapper,
+}
+
+
+async def _wrapper_astep(self: gym.Wrapper, action: Any) -> StepResult:
+    """Async :meth:`step` of this wrapper (see :mod:`agent_gym.core.async_step`)."""
+    owner = next(klass for klass in type(self).__mro__ if "step" in vars(klass))
+    form = _ASYNC_FORMS.get(owner)
+    if form is not None:
+        return await form(self, action)
+    own = vars(owner).get("astep")
+    if own is not None:  # the class that overrides step also gave its async form
+        return await own(self, action)
+    return await asyncio.to_thread(self.step, action)
+
+
+def install() -> None:
+    """Give ``gymnasium.Wrapper`` its ``astep`` (idempotent; never replaces an existing attribute)."""
+    if "astep" not in vars(gym.Wrapper):
+        gym.Wrapper.astep = _wrapper_astep  # type: ignore[attr-defined]
