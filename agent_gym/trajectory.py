@@ -17,6 +17,7 @@ import math
 import os
 import warnings
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
@@ -34,6 +35,7 @@ from pydantic import (
 )
 
 __all__ = [
+    "Segment",
     "StepRecord",
     "TornLineWarning",
     "Trajectory",
@@ -77,6 +79,39 @@ def to_jsonable(value: Any) -> Any:
     return value
 
 
+@dataclass(frozen=True)
+class Segment:
+    """One token sequence of a trajectory: a maximal run of steps in which the env only appended.
+
+    An append-only env gives one segment per trajectory (the concat-mode sample); an env that rewrites
+    its context (``new_segment``) starts a new one after each rewrite. Every trainer adapter builds its
+    samples from these (:meth:`Trajectory.segments`), so the policy/env split of the tokens is defined
+    once.
+
+    Attributes:
+        prompt_ids: the prompt of the segment's first step.
+        response_ids: every id after it, in the order the policy saw them: each action, then the env's
+            appended turn (the last step's reply only when the episode was stopped before the env ended
+            it, see :attr:`Trajectory.tail_ids`).
+        response_mask: 1 for an id the policy generated, 0 for an id the env appended.
+        response_logprobs: the sampling log-prob of each policy id and 0.0 on env ids; ``None`` when any
+            step of the segment was recorded without log-probs.
+        step_index: for each response id, the trajectory step it belongs to (a policy id: the step of
+            that action; an env id: the step whose reply it is).
+        steps: the trajectory step indices the segment covers (positions in ``Trajectory.steps``).
+    """
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    response_mask: list[int]
+    response_logprobs: list[float] | None
+    step_index: list[int]
+    steps: range
+
+    def __len__(self) -> int:
+        return len(self.prompt_ids) + len(self.response_ids)
+
+
 class _Record(BaseModel):
     """Shared configuration for the trajectory models."""
 
@@ -97,9 +132,9 @@ class StepRecord(_Record):
         reward: Reward returned by ``env.step``.
         terminated: ``terminated`` flag returned by ``env.step``.
         truncated: ``truncated`` flag returned by ``env.step``.
-        new_segment: True when the environment rewrote its context, so ``prompt_ids`` is *not*
-            the previous step's ``prompt_ids + response_ids`` plus appended tokens and a trainer
-            must treat this step as the start of a new sequence.
+        new_segment: ``info["new_segment"]`` of this step: the env rewrote its context after this
+            action, so the *next* step's ``prompt_ids`` is not this step's ``prompt_ids +
+            response_ids`` plus appended tokens, and a trainer must start a new sequence there.
         info: The ``info`` dict returned by ``env.step`` (numpy values converted).
     """
 
@@ -153,6 +188,9 @@ class Trajectory(_Record):
         reward: The final outcome reward (e.g. 1.0 for a correct GSM8K answer). When omitted it
             defaults to the last step's reward (0.0 with no steps).
         metadata: Free-form extra data (policy name, sampling settings, timings, ...).
+        tail_ids: When the episode was stopped before the env ended it (a token budget, a step cap),
+            the ids the env appended after the last action (its reply, which the policy never got to
+            answer); empty otherwise. Concat-mode samples end with them, masked out.
 
     ``return_`` (the undiscounted sum of step rewards) is computed, and written to JSON for
     convenience; it is ignored when reading.
@@ -166,6 +204,7 @@ class Trajectory(_Record):
     messages: list[dict[str, Any]] = Field(default_factory=list)
     reward: float = 0.0
     metadata: dict[str, Any] = Field(default_factory=dict)
+    tail_ids: list[int] = Field(default_factory=list)
 
     @field_validator("messages", "metadata", mode="before")
     @classmethod
@@ -233,6 +272,83 @@ class Trajectory(_Record):
         """Whether the last step ended the episode by truncation."""
         return bool(self.steps) and self.steps[-1].truncated
 
+    def segments(self) -> list[Segment]:
+        """The trajectory as token sequences, one per segment (see :class:`Segment`).
+
+        A step whose record has ``new_segment`` set ends its segment; the next step starts the next one.
+        Within a segment each step's prompt must extend the previous step's prompt and action
+        verbatim (the no-drift invariant): the ids between them are the env's appended turn.
+
+        Raises:
+            ValueError: no steps, or a step's prompt does not start with the previous prompt + action.
+        """
+        if not self.steps:
+            raise ValueError(f"trajectory {self.id!r} has no steps")
+        segments: list[Segment] = []
+        start = 0
+        for position, record in enumerate(self.steps):
+            if record.new_segment or position == len(self.steps) - 1:
+                segments.append(self._segment(start, position + 1, tail=position == len(self.steps) - 1))
+                start = position + 1
+        return segments
+
+    def _segment(self, start: int, stop: int, *, tail: bool) -> Segment:
+        first = self.steps[start]
+        prompt = list(first.prompt_ids)
+        context = list(prompt)  # the ids the policy sees at the current step
+        response: list[int] = []
+        mask: list[int] = []
+        index: list[int] = []
+        logprobs: list[float] | None = []
+        for position in range(start, stop):
+            record = self.steps[position]
+            if position > start:
+                if record.prompt_ids[: len(context)] != context:
+                    raise ValueError(
+                        f"trajectory {self.id!r}: step {record.step}'s prompt ids do not start with the previous "
+                        "prompt + response ids (token drift)"
+                    )
+                appended = record.prompt_ids[len(context) :]
+                response.extend(appended)
+                mask.extend([0] * len(appended))
+                index.extend([position - 1] * len(appended))
+                if logprobs is not None:
+                    logprobs.extend([0.0] * len(appended))
+            response.extend(record.response_ids)
+            mask.extend([1] * len(record.response_ids))
+            index.extend([position] * len(record.response_ids))
+            if logprobs is not None:
+                if record.response_logprobs is None:
+                    logprobs = None
+                else:
+                    logprobs.extend(record.response_logprobs)
+            context = list(record.prompt_ids) + list(record.response_ids)
+        if tail and self.tail_ids:
+            response.extend(self.tail_ids)
+            mask.extend([0] * len(self.tail_ids))
+            index.extend([stop - 1] * len(self.tail_ids))
+            if logprobs is not None:
+                logprobs.extend([0.0] * len(self.tail_ids))
+        return Segment(prompt, response, mask, logprobs, index, range(start, stop))
+
+    def sequence(self) -> Segment:
+        """The whole episode as one :class:`Segment` (the concat-mode sample).
+
+        Raises:
+            ValueError: no steps; the env rewrote its context (``new_segment``), so the episode is not one
+                sequence; or token drift between steps.
+        """
+        if not self.steps:
+            raise ValueError(f"trajectory {self.id!r} has no steps")
+        for record in self.steps[:-1]:
+            if record.new_segment:
+                raise ValueError(
+                    f"trajectory {self.id!r}: the env rewrote its context after step {record.step} "
+                    "(new_segment), so the episode is not one token sequence"
+                )
+        [segment] = self.segments()
+        return segment
+
     def token_sequence(self) -> tuple[list[int], list[int]]:
         """The episode as one token sequence and its action mask: ``(token_ids, action_mask)``.
 
@@ -240,6 +356,7 @@ class Trajectory(_Record):
         whole episode, every earlier action and env reply included, in the exact ids the policy saw
         (the no-drift invariant). ``action_mask[i]`` is 1 where ``token_ids[i]`` was generated by the
         policy and 0 for prompt and env tokens: the loss mask of supervised training on the episode.
+        (:meth:`sequence` gives the same split with log-probs and step indices.)
 
         Raises:
             ValueError: no steps; an env rewrote its context (``new_segment``), so the steps are not one
@@ -247,22 +364,18 @@ class Trajectory(_Record):
         """
         if not self.steps:
             raise ValueError(f"trajectory {self.id!r} has no steps")
-        ids: list[int] = []
-        mask: list[int] = []
         for record in self.steps:
             if record.new_segment:
                 raise ValueError(
                     f"trajectory {self.id!r}: step {record.step} has new_segment set (the env rewrote its "
                     "context), so the episode is not one token sequence"
                 )
-            if record.prompt_ids[: len(ids)] != ids:
-                raise ValueError(
-                    f"trajectory {self.id!r}: step {record.step}'s prompt ids do not start with the previous "
-                    "prompt + response ids (token drift)"
-                )
-            mask.extend([0] * (len(record.prompt_ids) - len(ids)))
-            ids = list(record.prompt_ids) + list(record.response_ids)
-            mask.extend([1] * len(record.response_ids))
+        [segment] = self.segments()
+        # The trailing env reply of a stopped episode is part of the training sample, not of the
+        # policy's last context.
+        end = len(segment.response_ids) - (len(self.tail_ids) if self.tail_ids else 0)
+        ids = segment.prompt_ids + segment.response_ids[:end]
+        mask = [0] * len(segment.prompt_ids) + segment.response_mask[:end]
         return ids, mask
 
     def to_jsonl_line(self) -> str:

@@ -35,12 +35,13 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from agent_gym.rollout.driver import RolloutResult, _progress_bar, env_id_of, plan_episodes
+from agent_gym.rollout.episode import env_id_of, play_episode
 from agent_gym.rollout.gc_timer import GCTimer
 from agent_gym.rollout.policy import Generation
+from agent_gym.rollout.progress import RolloutResult, plan_episodes, progress_bar
 from agent_gym.trajectory import StepRecord, Trajectory, TrajectoryWriter
 
-__all__ = ["AsyncRolloutResult", "arun_episodes", "find_astep", "run_episodes_async"]
+__all__ = ["AsyncRolloutResult", "arun_episodes", "find_astep", "run_episodes_async", "run_sync"]
 
 # epoll (the default selector on Linux) waits whole milliseconds: a timed wait of 0.1 ms takes about 1 ms
 _SHORTEST_WAIT_S = 0.001
@@ -63,34 +64,42 @@ class AsyncRolloutResult(RolloutResult):
 
 
 def find_astep(env: Any) -> Callable[..., Any] | None:
-    """The ``astep`` of the outermost layer (wrapper or env) whose class defines one; ``None`` if none does."""
-    layer = env
-    while layer is not None:
-        if getattr(type(layer), "astep", None) is not None:
-            return layer.astep
-        layer = getattr(layer, "env", None)
-    return None
+    """``env.astep`` (every gymnasium wrapper has one once ``agent_gym`` is imported), or ``None``."""
+    return getattr(env, "astep", None)
 
 
 class _Batcher:
     """Collects prompts of waiting episodes and sends them to ``policy.generate`` in batches."""
 
-    def __init__(self, policy: Any, max_new_tokens: int, max_batch_size: int, max_wait_s: float, in_thread: bool):
+    def __init__(
+        self,
+        policy: Any,
+        max_new_tokens: int,
+        max_batch_size: int,
+        max_wait_s: float,
+        in_thread: bool,
+        lockstep: bool = False,
+        on_batch: Callable[[], None] | None = None,
+    ):
         self.policy = policy
+        # lockstep: a batch waits for every episode in flight and lists its prompts in slot order, so the
+        # batches are rounds (one turn of each active episode) whatever the order episodes resume in.
+        self.lockstep = lockstep
+        self.on_batch = on_batch
         self.max_new_tokens = max_new_tokens
         self.max_batch_size = max_batch_size
         self.max_wait_s = max_wait_s
         self.in_thread = in_thread
-        self.pending: list[tuple[list[int], asyncio.Future[Generation]]] = []
+        self.pending: list[tuple[int, list[int], asyncio.Future[Generation]]] = []  # (slot, prompt, future)
         self.active = 0  # episodes in flight (waiting or stepping)
         self.wake = asyncio.Event()
         self.batch_sizes: list[int] = []
         self.generate_s = 0.0
         self.last_generate_s: float | None = None  # the previous generate call's duration
 
-    async def generate(self, prompt: list[int]) -> Generation:
+    async def generate(self, prompt: list[int], slot: int = 0) -> Generation:
         future: asyncio.Future[Generation] = asyncio.get_running_loop().create_future()
-        self.pending.append((prompt, future))
+        self.pending.append((slot, prompt, future))
         self.wake.set()
         return await future
 
@@ -108,22 +117,29 @@ class _Batcher:
             # never longer than a generate call takes. A prompt that misses this batch goes into the
             # next one, which starts when this one ends, so for a cheap policy (a scripted one, a
             # cache) waiting the full max_wait_s would only delay every episode on each turn.
-            wait = self.max_wait_s if self.last_generate_s is None else min(self.max_wait_s, self.last_generate_s)
-            if wait < _SHORTEST_WAIT_S:
-                wait = 0.0  # a shorter timed wait would overshoot: the loop's timers wait whole milliseconds
-            deadline = loop.time() + wait
-            while len(self.pending) < min(self.max_batch_size, self.active):
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    break
-                try:
-                    await asyncio.wait_for(self.wake.wait(), remaining)
-                except asyncio.TimeoutError:
-                    break
-                self.wake.clear()
+            if self.lockstep:
+                if len(self.pending) < min(self.max_batch_size, self.active):
+                    continue  # woken again by the next prompt or by an episode that ends
+                self.pending.sort(key=lambda item: item[0])
+            else:
+                wait = self.max_wait_s if self.last_generate_s is None else min(self.max_wait_s, self.last_generate_s)
+                if wait < _SHORTEST_WAIT_S:
+                    wait = 0.0  # a shorter timed wait would overshoot: the loop's timers wait whole milliseconds
+                deadline = loop.time() + wait
+                while len(self.pending) < min(self.max_batch_size, self.active):
+                    remaining = deadline - loop.time()
+                    if remaining <= 0:
+                        break
+                    try:
+                        await asyncio.wait_for(self.wake.wait(), remaining)
+                    except asyncio.TimeoutError:
+                        break
+                    self.wake.clear()
+            if self.on_batch is not None:
+                self.on_batch()
             batch = self.pending[: self.max_batch_size]
             del self.pending[: self.max_batch_size]
-            prompts = [p for p, _ in batch]
+            prompts = [p for _, p, _ in batch]
             started = time.perf_counter()
             try:
                 if self.in_thread:
@@ -132,12 +148,12 @@ class _Batcher:
                     generations = self.policy.generate(prompts, max_new_tokens=self.max_new_tokens)
                 if len(generations) != len(prompts):
                     raise RuntimeError(f"policy returned {len(generations)} generations for {len(prompts)} prompts")
-            except asyncio.CancelledError:
-                for _, future in batch:
+            except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
+                for _, _, future in batch:
                     future.cancel()
                 raise
             except BaseException as exc:  # noqa: BLE001 - handed to the waiting episodes
-                for _, future in batch:
+                for _, _, future in batch:
                     if not future.done():
                         future.set_exception(exc)
                 continue
@@ -145,7 +161,7 @@ class _Batcher:
                 self.last_generate_s = time.perf_counter() - started
                 self.generate_s += self.last_generate_s
             self.batch_sizes.append(len(batch))
-            for (_, future), generation in zip(batch, generations):
+            for (_, _, future), generation in zip(batch, generations):
                 if not future.done():
                     future.set_result(generation)
             if self.pending:
@@ -166,12 +182,16 @@ async def arun_episodes(
     max_wait_s: float = 0.002,
     generate_in_thread: bool = True,
     use_agenerate: bool | None = None,
+    lockstep: bool = False,
     writer: TrajectoryWriter | None = None,
     env_id: str | None = None,
     metadata: Mapping[str, Any] | None = None,
     progress: bool = False,
 ) -> AsyncRolloutResult:
     """Play ``episodes`` episodes with up to ``concurrency`` in flight on the running event loop.
+
+    Each episode is one :func:`~agent_gym.rollout.episode.play_episode` call whose generate function
+    hands the prompt to the batcher (or awaits ``policy.agenerate``).
 
     Args:
         envs: an env factory (zero-argument callable), called once per worker; or a sequence of envs
@@ -188,14 +208,18 @@ async def arun_episodes(
             scripted policy is cheaper inline).
         use_agenerate: await ``policy.agenerate`` per episode instead of batching; default: when the
             policy has it.
+        lockstep: batch in rounds: a batch waits until every worker (one per slot) has its prompt in,
+            a worker between two episodes included, and lists the prompts in slot order (what
+            :func:`agent_gym.rollout.run_episodes` does: the same batches on every run).
         writer: each trajectory is written here (off the loop) as soon as its episode ends.
         env_id: recorded in trajectories; default: the env's ``spec.id`` (else its class name).
         metadata: extra entries for every trajectory's ``metadata``.
-        progress: show a tqdm bar on stderr.
+        progress: show a tqdm bar on stderr; before every batch it also shows the turns generated,
+            generated tokens per second and the accuracy of the episodes finished so far.
 
     Returns:
-        :class:`AsyncRolloutResult`: trajectories in episode order (``metadata["episode"]``,
-        ``finish_reasons``, ``worker``) and ``stats``.
+        :class:`AsyncRolloutResult`: trajectories in episode order (``metadata`` has ``episode``,
+        ``worker`` and what :func:`~agent_gym.rollout.episode.play_episode` records) and ``stats``.
     """
     episodes, task_ids = plan_episodes(episodes, task_ids, seeds)
     if concurrency < 1 or max_batch_size < 1:
@@ -209,98 +233,95 @@ async def arun_episodes(
         slots = [envs] * min(concurrency, episodes)
     if use_agenerate is None:
         use_agenerate = callable(getattr(policy, "agenerate", None))
-    batcher = _Batcher(policy, max_new_tokens, max_batch_size, max_wait_s, generate_in_thread)
     run_id = uuid.uuid4().hex[:8]
     extra = dict(metadata or {})
     finished: list[Trajectory] = []
     step_latencies: list[float] = []
-    counters = {"next": 0, "in_flight": 0, "max_in_flight": 0, "steps": 0, "tokens": 0, "reset_s": 0.0}
+    counters = {"next": 0, "in_flight": 0, "max_in_flight": 0, "steps": 0, "tokens": 0, "reset_s": 0.0, "turns": 0}
     write_lock = asyncio.Lock()
-    bar = _progress_bar(episodes, progress)
+    bar = progress_bar(episodes, progress)
+    started = time.perf_counter()
 
-    async def generate(prompt: list[int]) -> Generation:
-        if use_agenerate:
-            return await policy.agenerate(prompt, max_new_tokens=max_new_tokens)
-        return await batcher.generate(prompt)
+    def show_progress() -> None:
+        elapsed = time.perf_counter() - started
+        correct = sum(t.final_info.get("correct") is True for t in finished)
+        bar.set_postfix(
+            turns=counters["turns"],
+            tok_s=f"{counters['tokens'] / elapsed:.1f}" if elapsed > 0 else "-",
+            acc=f"{correct / len(finished):.3f}" if finished else "-",
+            refresh=True,
+        )
 
-    async def play(env: Any, astep: Callable[..., Any] | None, i: int, worker: int) -> Trajectory:
+    def before_batch() -> None:
+        if counters["turns"]:
+            show_progress()  # the rounds so far: every episode's earlier turns have been stepped
+        counters["turns"] += min(len(batcher.pending), max_batch_size)
+
+    batcher = _Batcher(
+        policy, max_new_tokens, max_batch_size, max_wait_s, generate_in_thread, lockstep=lockstep, on_batch=before_batch
+    )
+
+    def on_step(record: StepRecord, seconds: float) -> None:
+        step_latencies.append(seconds)
+        counters["steps"] += 1
+        counters["tokens"] += len(record.response_ids)
+
+    async def play(env: Any, i: int, worker: int) -> Trajectory:
         nonlocal env_id
-        seed = int(seeds[i]) if seeds is not None else base_seed + i
-        options = {"task_id": task_ids[i]} if task_ids is not None else None
-        started = time.perf_counter()
-        obs, info = env.reset(seed=seed, options=options)
-        counters["reset_s"] += time.perf_counter() - started
         if env_id is None:
             env_id = env_id_of(env)
-        trajectory_id = f"{run_id}-{i:06d}"
-        steps: list[StepRecord] = []
-        finish_reasons: list[str] = []
-        while True:
-            prompt = np.asarray(obs["prompt_ids"]).tolist()
-            gen = await generate(prompt)
-            action = np.asarray(gen.ids, dtype=np.int64)
-            t0 = time.perf_counter()
-            if astep is not None:
-                obs, reward, terminated, truncated, info = await astep(action)
-            else:
-                obs, reward, terminated, truncated, info = await asyncio.to_thread(env.step, action)
-            step_latencies.append(time.perf_counter() - t0)
-            counters["steps"] += 1
-            counters["tokens"] += len(gen.ids)
-            steps.append(
-                StepRecord(
-                    trajectory_id=trajectory_id,
-                    step=len(steps),
-                    prompt_ids=prompt,
-                    response_ids=list(gen.ids),
-                    response_logprobs=None if gen.logprobs is None else [float(x) for x in gen.logprobs],
-                    reward=float(reward),
-                    terminated=bool(terminated),
-                    truncated=bool(truncated),
-                    new_segment=bool(info.get("new_segment", False)),
-                    info=dict(info),
-                )
-            )
-            finish_reasons.append(gen.finish_reason)
-            if terminated or truncated:
-                break
-        return Trajectory(
-            id=trajectory_id,
-            env_id=env_id or "",
-            task_id=steps[0].info.get("task_id") if steps else None,
-            seed=seed,
-            steps=steps,
-            messages=obs["messages"],
-            reward=steps[-1].reward,
-            metadata={"episode": i, "finish_reasons": finish_reasons, "worker": worker, **extra},
+
+        async def generate(prompt: list[int]) -> Generation:
+            if use_agenerate:
+                return await policy.agenerate(prompt, max_new_tokens=max_new_tokens)
+            return await batcher.generate(prompt, worker)
+
+        trajectory = await play_episode(
+            env,
+            generate,
+            seed=int(seeds[i]) if seeds is not None else base_seed + i,
+            task_id=task_ids[i] if task_ids is not None else None,
+            trajectory_id=f"{run_id}-{i:06d}",
+            env_id=env_id,
+            metadata={"episode": i, "worker": worker, **extra},
+            on_step=on_step,
         )
+        counters["reset_s"] += trajectory.metadata["reset_s"]
+        return trajectory
 
     async def worker(slot: int) -> None:
         env = None
-        while counters["next"] < episodes:
-            i = counters["next"]
-            counters["next"] += 1
-            if env is None:
-                item = slots[slot]
-                env = item() if _is_factory(item) else item
-                astep = find_astep(env)
-            counters["in_flight"] += 1
-            counters["max_in_flight"] = max(counters["max_in_flight"], counters["in_flight"])
-            batcher.active += 1
-            try:
-                trajectory = await play(env, astep, i, slot)
-            finally:
-                counters["in_flight"] -= 1
+        if lockstep:
+            batcher.active += 1  # counted from start to exit: a batch waits for this slot's next prompt
+        try:
+            while counters["next"] < episodes:
+                i = counters["next"]
+                counters["next"] += 1
+                if env is None:
+                    item = slots[slot]
+                    env = item() if _is_factory(item) else item
+                counters["in_flight"] += 1
+                counters["max_in_flight"] = max(counters["max_in_flight"], counters["in_flight"])
+                if not lockstep:
+                    batcher.active += 1
+                try:
+                    trajectory = await play(env, i, slot)
+                finally:
+                    counters["in_flight"] -= 1
+                    if not lockstep:
+                        batcher.active -= 1
+                        batcher.notify()  # one fewer episode can add prompts: the batch may be complete now
+                finished.append(trajectory)
+                bar.update(1)
+                if writer is not None:
+                    async with write_lock:
+                        await asyncio.to_thread(writer.write, trajectory)
+        finally:
+            if lockstep:
                 batcher.active -= 1
-                batcher.notify()  # one fewer episode can add prompts: the batch may be complete now
-            finished.append(trajectory)
-            bar.update(1)
-            if writer is not None:
-                async with write_lock:
-                    await asyncio.to_thread(writer.write, trajectory)
+                batcher.notify()
 
     with GCTimer() as gc_timer:  # collections stall every episode at once: worth seeing in the stats
-        started = time.perf_counter()
         batch_task = asyncio.ensure_future(batcher.run())
         workers = [asyncio.ensure_future(worker(s)) for s in range(len(slots))]
         try:
@@ -315,6 +336,8 @@ async def arun_episodes(
         finally:
             batch_task.cancel()
             await asyncio.gather(batch_task, return_exceptions=True)
+            if progress and finished:
+                show_progress()
             bar.close()
         wall = time.perf_counter() - started
     result = AsyncRolloutResult(
@@ -345,30 +368,27 @@ async def arun_episodes(
     return result
 
 
-def run_episodes_async(*args: Any, **kwargs: Any) -> AsyncRolloutResult:
-    """Synchronous :func:`arun_episodes` (same arguments): ``asyncio.run`` it, or, when called from a
-    running event loop, run it on a fresh loop in a helper thread and wait."""
-    box: dict[str, Any] = {}
+def run_sync(make_coroutine: Callable[[], Any]) -> Any:
+    """Run ``make_coroutine()`` to completion from synchronous code and return its result.
 
-    async def main() -> None:
-        # The result is handed over in ``box``, not returned: on the main thread ``asyncio.run``
-        # formats its task's repr (result included) when it restores the SIGINT handler, which costs
-        # about a second per thousand trajectories.
-        box["result"] = await arun_episodes(*args, **kwargs)
-
+    On a fresh event loop in this thread; when called from a running event loop (a notebook, an async
+    trainer), on a fresh loop in a helper thread. The loop installs no SIGINT handler, so Ctrl-C raises
+    ``KeyboardInterrupt`` at once, as in any synchronous code, instead of cancelling a task and waiting
+    for a model call to return.
+    """
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        asyncio.run(main())
-        return box["result"]
+        return _run_on_new_loop(make_coroutine)
+    box: dict[str, Any] = {}
 
     def target() -> None:
         try:
-            asyncio.run(main())
+            box["result"] = _run_on_new_loop(make_coroutine)
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
             box["error"] = exc
 
-    thread = threading.Thread(target=target, name="arun-episodes")
+    thread = threading.Thread(target=target, name="agent-gym-rollout")
     thread.start()
     thread.join()
     if "error" in box:
@@ -376,7 +396,32 @@ def run_episodes_async(*args: Any, **kwargs: Any) -> AsyncRolloutResult:
     return box["result"]
 
 
+def _run_on_new_loop(make_coroutine: Callable[[], Any]) -> Any:
+    loop = asyncio.new_event_loop()
+    try:
+        main = loop.create_task(make_coroutine())
+        try:
+            return loop.run_until_complete(main)
+        except BaseException:
+            main.cancel()
+            raise
+    finally:
+        try:
+            tasks = [t for t in asyncio.all_tasks(loop) if not t.done()]
+            for task in tasks:
+                task.cancel()
+            if tasks:
+                loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.run_until_complete(loop.shutdown_default_executor())
+        finally:
+            loop.close()
+
+
+def run_episodes_async(*args: Any, **kwargs: Any) -> AsyncRolloutResult:
+    """Synchronous :func:`arun_episodes` (same arguments), through :func:`run_sync`."""
+    return run_sync(lambda: arun_episodes(*args, **kwargs))
+
+
 def _is_factory(obj: Any) -> bool:
     return callable(obj) and not (hasattr(obj, "reset") and hasattr(obj, "step") and not isinstance(obj, type))
-
-

@@ -1,0 +1,174 @@
+"""The episode engine: play one episode of any env against any generate function.
+
+Every driver and trainer adapter plays episodes through :func:`play_episode`: the batched CPU driver
+(:func:`agent_gym.rollout.run_episodes`), the async runner (:func:`agent_gym.rollout.async_runner.arun_episodes`),
+the verl agent loops, the TRL rollout function. They differ only in how they generate (a batcher in front
+of a local model, a vLLM server, TRL's engine) and in how they turn the :class:`~agent_gym.trajectory.Trajectory`
+into training samples (:meth:`~agent_gym.trajectory.Trajectory.segments`); the loop itself, the step
+records and the no-drift bookkeeping live here once.
+
+Example::
+
+    async def generate(prompt_ids):               # token ids in; ids, log-probs, finish reason out
+        out = await engine.generate(prompt_ids, max_tokens=256)
+        return Generation(out.ids, out.logprobs, out.finish_reason)
+
+    trajectory = await play_episode(gym.make("AgentR1/GSM8KTool-v0", tokenizer=tok), generate, task_id="test-0")
+    sample = trajectory.sequence()                # prompt ids, response ids, mask, log-probs
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, Awaitable, Callable, Mapping
+
+import numpy as np
+
+from agent_gym.core.async_step import astep
+from agent_gym.rollout.policy import Generation
+from agent_gym.trajectory import StepRecord, Trajectory
+
+__all__ = ["EndEpisode", "GenerateFn", "play_episode", "env_id_of"]
+
+#: ``async (prompt_ids) -> Generation``: the policy's continuation of the env's prompt ids.
+GenerateFn = Callable[[list[int]], Awaitable[Generation]]
+
+
+class EndEpisode(Exception):
+    """Raised by a generate function to stop the episode before the env gets another action.
+
+    For limits that belong to the caller, not to the env: a trainer's token budget for the whole
+    sample, a prompt longer than the trainer accepts. The trajectory ends after the last completed step
+    (whose record keeps what the env returned) with ``metadata["truncated_reason"] = reason``.
+    """
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = str(reason)
+
+
+def env_id_of(env: Any) -> str:
+    """The registered id of ``env`` (its class name if it was not made by ``gym.make``).
+
+    Reads the spec of the unwrapped env: a wrapper's ``spec`` property deep-copies the spec with its
+    kwargs on first access, about a quarter of a second per env when they hold a tokenizer.
+    """
+    base = getattr(env, "unwrapped", env)
+    spec = getattr(base, "spec", None)
+    return spec.id if spec is not None else type(base).__name__
+
+
+async def play_episode(
+    env: Any,
+    generate: GenerateFn,
+    *,
+    seed: int | None = None,
+    task_id: str | None = None,
+    options: Mapping[str, Any] | None = None,
+    trajectory_id: str | None = None,
+    env_id: str | None = None,
+    max_steps: int | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    on_step: Callable[[StepRecord, float], None] | None = None,
+) -> Trajectory:
+    """Reset ``env`` and play it to the end with ``generate``.
+
+    Args:
+        env: any env or wrapper stack (what ``gym.make`` returns); stepped with ``await env.astep(ids)``
+            so that waiting tools never block the event loop (an env without ``astep`` steps in a thread).
+        generate: ``async (prompt_ids: list[int]) -> Generation``; called once per step with the env's
+            exact ``prompt_ids``. It may raise :class:`EndEpisode` to stop the episode; any other
+            exception propagates (the env is then mid-episode: reset it before reuse).
+        seed: passed to ``env.reset``.
+        task_id: plays this task (``options={"task_id": task_id}``).
+        options: other reset options (merged under ``task_id``).
+        trajectory_id: the trajectory's id (default: a fresh uuid).
+        env_id: recorded in the trajectory (default: the env's registered id).
+        max_steps: a safety cap on steps (the env's own turn limit normally ends the episode first);
+            reaching it marks the trajectory truncated with reason ``"max_steps"``.
+        metadata: extra entries for the trajectory's ``metadata``.
+        on_step: called after every step with its record and the seconds ``astep`` took.
+
+    Returns:
+        The :class:`~agent_gym.trajectory.Trajectory`: a :class:`~agent_gym.trajectory.StepRecord` per
+        step (the prompt ids the policy saw, its ids and log-probs, reward, flags, info), the final
+        messages, ``reward`` (the last step's), ``tail_ids`` (the env's last reply when the episode was
+        stopped before the env ended it) and ``metadata`` with ``finish_reasons`` (one per step),
+        ``truncated_reason`` (``None`` when the env ended the episode; else ``"max_steps"``, the
+        :class:`EndEpisode` reason, or the env's own ``info["truncated_reason"]``), ``reset_s``,
+        ``generate_s`` and ``env_s`` (seconds spent in each), merged with ``metadata``.
+    """
+    reset_options = dict(options or {})
+    if task_id is not None:
+        reset_options["task_id"] = str(task_id)
+    started = time.perf_counter()
+    obs, reset_info = env.reset(seed=seed, options=reset_options or None)
+    reset_s = time.perf_counter() - started
+    trajectory_id = trajectory_id or uuid.uuid4().hex
+    steps: list[StepRecord] = []
+    finish_reasons: list[str] = []
+    generate_s = env_s = 0.0
+    stopped: str | None = None
+    done = False
+    while not done:
+        if max_steps is not None and len(steps) >= max_steps:
+            stopped = "max_steps"
+            break
+        prompt = np.asarray(obs["prompt_ids"]).tolist()
+        started = time.perf_counter()
+        try:
+            generation = await generate(prompt)
+        except EndEpisode as end:
+            stopped = end.reason
+            break
+        finally:
+            generate_s += time.perf_counter() - started
+        started = time.perf_counter()
+        obs, reward, terminated, truncated, info = await astep(env, np.asarray(generation.ids, dtype=np.int64))
+        seconds = time.perf_counter() - started
+        env_s += seconds
+        done = bool(terminated or truncated)
+        record = StepRecord(
+            trajectory_id=trajectory_id,
+            step=len(steps),
+            prompt_ids=prompt,
+            response_ids=list(generation.ids),
+            response_logprobs=None if generation.logprobs is None else [float(x) for x in generation.logprobs],
+            reward=float(reward),
+            terminated=bool(terminated),
+            truncated=bool(truncated),
+            new_segment=bool(info.get("new_segment", False)),
+            info=dict(info),
+        )
+        steps.append(record)
+        finish_reasons.append(generation.finish_reason)
+        if on_step is not None:
+            on_step(record, seconds)
+
+    tail: list[int] = []
+    if stopped is not None and steps and not steps[-1].new_segment:
+        last = steps[-1]
+        head = len(last.prompt_ids) + len(last.response_ids)
+        tail = np.asarray(obs["prompt_ids"]).tolist()[head:]
+    truncated_reason = stopped
+    if truncated_reason is None and steps and steps[-1].info.get("truncated_reason"):
+        truncated_reason = str(steps[-1].info["truncated_reason"])
+    return Trajectory(
+        id=trajectory_id,
+        env_id=env_id or env_id_of(env),
+        task_id=steps[0].info.get("task_id") if steps else reset_info.get("task_id"),
+        seed=seed,
+        steps=steps,
+        messages=obs["messages"],
+        reward=steps[-1].reward if steps else 0.0,
+        tail_ids=tail,
+        metadata={
+            "finish_reasons": finish_reasons,
+            "truncated_reason": truncated_reason,
+            "reset_s": reset_s,
+            "generate_s": generate_s,
+            "env_s": env_s,
+            **dict(metadata or {}),
+        },
+    )
