@@ -32,7 +32,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import time
 from collections import defaultdict
 from typing import Any, Mapping
 from uuid import uuid4
@@ -86,19 +85,6 @@ def _scalar(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()
     return value
-
-
-def find_astep(env: gym.Env) -> Any:
-    """The ``astep`` of the outermost wrapper that defines one (wrappers such as reward shaping keep
-    their effect); ``None`` when no layer has ``astep``."""
-    layer: Any = env
-    while True:
-        if getattr(type(layer), "astep", None) is not None:
-            return layer.astep
-        if isinstance(layer, gym.Wrapper):
-            layer = layer.env
-            continue
-        return None
 
 
 class AgentGymAgentLoop(compat.AgentLoopBase):
@@ -178,144 +164,104 @@ class AgentGymAgentLoop(compat.AgentLoopBase):
     async def _run_episode(
         self, env: gym.Env, env_id: str, extra: Mapping[str, Any], sampling_params: dict[str, Any], kwargs: Mapping[str, Any]
     ) -> compat.AgentLoopOutput:
+        from agent_gym.rollout.episode import EndEpisode, play_episode
+        from agent_gym.rollout.policy import Generation
+
         task_id = _scalar(extra.get("task_id"))
-        if task_id is not None:
-            obs, info = env.reset(options={"task_id": str(task_id)})
-        else:
-            index = _scalar(kwargs.get("index"))
-            obs, info = env.reset(seed=int(index) if index is not None else None)
-        astep = find_astep(env)
+        index = _scalar(kwargs.get("index"))
         request_id = uuid4().hex  # one per trajectory: sticky server, prefix cache
         step_mode = self.mode == "step"
+        first_len: list[int] = []  # the first prompt's length, once seen
 
-        first_prompt = [int(t) for t in obs["prompt_ids"]]
-        if len(first_prompt) > self.prompt_length:
-            raise ValueError(
-                f"{env_id} task {task_id}: the first prompt has {len(first_prompt)} tokens, more than "
-                f"rollout.prompt_length={self.prompt_length}; raise data.max_prompt_length / rollout.prompt_length "
-                "or keep data.filter_overlong_prompts=True"
-            )
-        prompt = first_prompt
-        response: list[int] = []
-        mask: list[int] = []
-        # None once the server returns no log-probs (rollout.calculate_log_probs=False).
-        logprobs: list[float] | None = []
-        steps: list[dict[str, Any]] = []
-        total_reward = 0.0
-        env_turns = 0
-        truncated_reason = None
-        t_gen = t_env = 0.0
-        last_info: dict[str, Any] = dict(info)
-        done = False
-
-        for _ in range(self.max_steps):
-            if step_mode:
-                budget = self.response_length
+        async def generate(prompt: list[int]) -> Generation:
+            if not first_len:
                 if len(prompt) > self.prompt_length:
-                    truncated_reason = "prompt_length"
-                    break
+                    raise ValueError(
+                        f"{env_id} task {task_id}: the first prompt has {len(prompt)} tokens, more than "
+                        f"rollout.prompt_length={self.prompt_length}; raise data.max_prompt_length / "
+                        "rollout.prompt_length or keep data.filter_overlong_prompts=True"
+                    )
+                first_len.append(len(prompt))
+            if step_mode:
+                # Every step is a sample of its own: its prompt must fit, its action gets the whole budget.
+                if len(prompt) > self.prompt_length:
+                    raise EndEpisode("prompt_length")
+                budget = self.response_length
             else:
-                budget = self.response_length - len(response)
+                # One sample for the episode: the actions and env turns so far use up the response budget.
+                budget = self.response_length - (len(prompt) - first_len[0])
                 if budget <= 0:
-                    truncated_reason = "response_length"
-                    break
+                    raise EndEpisode("response_length")
             params = dict(sampling_params)
             params["max_tokens"] = budget
-            t0 = time.perf_counter()
             out = await self.server_manager.generate(request_id=request_id, prompt_ids=prompt, sampling_params=params)
-            t_gen += time.perf_counter() - t0
             ids, lps = compat.token_output(out)
             ids = ids[:budget]
             if lps is not None:
                 lps = lps[: len(ids)]
                 if len(lps) != len(ids):
                     raise ValueError(f"server returned {len(lps)} log-probs for {len(ids)} tokens")
+            return Generation(ids, lps, "length" if len(ids) >= budget else "stop")
 
-            t0 = time.perf_counter()
-            if astep is not None:
-                obs, reward, terminated, truncated, info = await astep(np.asarray(ids, dtype=np.int64))
-            else:  # a non-agent-gym env: keep its blocking step off the event loop
-                import asyncio
+        trajectory = await play_episode(
+            env,
+            generate,
+            seed=None if task_id is not None or index is None else int(index),
+            task_id=None if task_id is None else str(task_id),
+            trajectory_id=request_id,
+            env_id=env_id,
+            max_steps=self.max_steps,
+        )
+        if not trajectory.steps:
+            raise RuntimeError(f"{env_id}: the episode made no step (max_steps={self.max_steps})")
+        last_info = trajectory.final_info
+        done = trajectory.steps[-1].terminated or trajectory.steps[-1].truncated
+        truncated_reason = trajectory.metadata["truncated_reason"]
+        # verl's meaning of turns: chat turns incl. the first user turn, assistant turns and env replies.
+        env_turns = len(trajectory.steps) - (1 if done else 0)
 
-                obs, reward, terminated, truncated, info = await asyncio.to_thread(env.step, np.asarray(ids, dtype=np.int64))
-            t_env += time.perf_counter() - t0
-            total_reward += float(reward)
-            last_info = dict(info)
-            done = bool(terminated or truncated)
-            next_prompt = [int(t) for t in obs["prompt_ids"]]
-
-            if step_mode:
-                steps.append(
-                    {
-                        "trajectory_id": request_id,
-                        "step": len(steps),
-                        "prompt_ids": np.asarray(prompt, dtype=np.int64),
-                        "response_ids": np.asarray(ids, dtype=np.int64),
-                        "logprobs": None if lps is None else np.asarray(lps, dtype=np.float32),
-                        "reward": float(reward),
-                        "new_segment": bool(info.get("new_segment", False)),
-                    }
-                )
-            else:
-                if info.get("new_segment"):
+        if step_mode:
+            steps = [
+                {
+                    "trajectory_id": request_id,
+                    "step": record.step,
+                    "prompt_ids": np.asarray(record.prompt_ids, dtype=np.int64),
+                    "response_ids": np.asarray(record.response_ids, dtype=np.int64),
+                    "logprobs": None if record.response_logprobs is None else np.asarray(record.response_logprobs, dtype=np.float32),
+                    "reward": record.reward,
+                    "new_segment": record.new_segment,
+                }
+                for record in trajectory.steps
+            ]
+            first = trajectory.steps[0]
+            out_prompt = list(first.prompt_ids)
+            out_response = list(first.response_ids)
+            out_mask = [1] * len(out_response)
+            out_logprobs = None if first.response_logprobs is None else list(first.response_logprobs)
+        else:
+            try:
+                sample = trajectory.sequence()
+            except ValueError as exc:
+                rewrote = next((r for r in trajectory.steps[:-1] if r.new_segment), None)
+                if rewrote is not None:
                     raise ConcatModeError(
-                        f"{env_id} rewrote its context at turn {info.get('turn')} (info['new_segment']); a "
+                        f"{env_id} rewrote its context at turn {rewrote.info.get('turn')} (info['new_segment']); a "
                         "trajectory with several segments is not one token sequence. Train this env in step "
                         "mode: agent_name=agent_gym_step (export with --mode step) and "
                         "python -m agent_gym_verl.main_ppo."
-                    )
-                head = len(prompt) + len(ids)
-                if next_prompt[: len(prompt)] != prompt or next_prompt[len(prompt) : head] != ids:
-                    raise ConcatModeError(
-                        f"{env_id} broke the no-drift invariant at turn {info.get('turn')}: the next prompt ids "
-                        "do not start with previous prompt ids + action ids"
-                    )
-                response.extend(ids)
-                mask.extend([1] * len(ids))
-                if logprobs is not None:
-                    if lps is None:
-                        logprobs = None
-                    else:
-                        logprobs.extend(lps)
-                if not done:
-                    appended = next_prompt[head:]
-                    response.extend(appended)
-                    mask.extend([0] * len(appended))
-                    if logprobs is not None:
-                        logprobs.extend([0.0] * len(appended))
-                    env_turns += 1
-            if step_mode and not done:
-                env_turns += 1
-            prompt = next_prompt
-            if done:
-                break
-        else:
-            truncated_reason = "max_steps"
-
-        if not done and truncated_reason is None:
-            truncated_reason = "max_steps"
-        if truncated_reason is None and last_info.get("truncated_reason"):
-            truncated_reason = str(last_info["truncated_reason"])
-
-        if step_mode:
-            if not steps:
-                raise RuntimeError(f"{env_id}: the episode made no step (max_steps={self.max_steps})")
-            first = steps[0]
-            out_prompt = first_prompt
-            out_response = [int(t) for t in first["response_ids"]]
-            out_mask = [1] * len(out_response)
-            out_logprobs = None if first["logprobs"] is None else [float(x) for x in first["logprobs"]]
-        else:
+                    ) from exc
+                raise ConcatModeError(f"{env_id} broke the no-drift invariant: {exc}") from exc
+            response, mask = sample.response_ids, sample.response_mask
+            # [] (not None) for an empty response: verl stacks log-probs only if every row has them.
+            logprobs = sample.response_logprobs
             if len(response) > self.response_length:
                 truncated_reason = truncated_reason or "response_length"
                 response, mask = response[: self.response_length], mask[: self.response_length]
                 if logprobs is not None:
                     logprobs = logprobs[: self.response_length]
-            out_prompt, out_response, out_mask = first_prompt, response, mask
-            # [] (not None) for an empty response: verl stacks log-probs only if every row has them.
-            out_logprobs = logprobs
+            out_prompt, out_response, out_mask, out_logprobs = sample.prompt_ids, response, mask, logprobs
 
-        turns = int(last_info.get("turn", len(steps) if step_mode else 0))
+        turns = int(last_info.get("turn", len(trajectory.steps) if step_mode else 0))
         components = {str(k): float(v) for k, v in (last_info.get("reward_components") or {}).items()}
         correct = last_info.get("correct")
         extra_fields: dict[str, Any] = {
@@ -342,10 +288,11 @@ class AgentGymAgentLoop(compat.AgentLoopBase):
             response_ids=out_response,
             response_mask=out_mask,
             response_logprobs=out_logprobs,
-            reward_score=total_reward,
-            # verl's meaning: chat turns incl. the first user turn, assistant turns and env replies.
+            reward_score=trajectory.return_,
             num_turns=1 + turns + env_turns,
-            metrics=compat.make_metrics(generate_sequences=t_gen, tool_calls=t_env),
+            metrics=compat.make_metrics(
+                generate_sequences=trajectory.metadata["generate_s"], tool_calls=trajectory.metadata["env_s"]
+            ),
             extra_fields=extra_fields,
         )
 
