@@ -1,4 +1,7 @@
-"""Rollouts: policies that generate token ids, and a driver that plays many episodes with them.
+"""Rollouts: policies that generate token ids, the episode engine, and drivers that play many episodes.
+
+:func:`play_episode` plays one episode of any env against any async generate function; the batched
+driver :func:`run_episodes`, the async runner and every trainer adapter call it.
 
 ``import agent_gym.rollout`` does not import torch: :class:`HFPolicy` (transformers) is resolved
 on first access.
@@ -20,9 +23,20 @@ from __future__ import annotations
 from typing import Any
 
 from agent_gym.rollout.driver import RolloutResult, run_episodes
+from agent_gym.rollout.episode import EndEpisode, play_episode
 from agent_gym.rollout.policy import AsyncPolicy, Generation, Policy, ScriptedPolicy
 
-__all__ = ["AsyncPolicy", "Generation", "HFPolicy", "Policy", "RolloutResult", "ScriptedPolicy", "run_episodes"]
+__all__ = [
+    "AsyncPolicy",
+    "EndEpisode",
+    "Generation",
+    "HFPolicy",
+    "Policy",
+    "RolloutResult",
+    "ScriptedPolicy",
+    "play_episode",
+    "run_episodes",
+]
 
 
 def __getattr__(name: str) -> Any:
