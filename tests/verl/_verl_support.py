@@ -48,14 +48,15 @@ def verl_config(model_dir: str, *overrides: str) -> Any:
     return cfg
 
 
-def mark_step_trainer(cfg: Any) -> Any:
-    """What ``agent_gym_verl.main_ppo``'s TaskRunner does to the config (step mode may run)."""
+def mark_step_trainer(cfg: Any, samples: str | None = None) -> Any:
+    """What ``agent_gym_verl.main_ppo``'s TaskRunner does to the config (step mode may run); ``samples``
+    sets ``agent_gym.samples`` (``"segment"``, the default, or ``"step"``)."""
     from omegaconf import open_dict
 
     from agent_gym_verl.main_ppo import STEP_TRAINER_FLAG
 
     with open_dict(cfg):
-        cfg[STEP_TRAINER_FLAG] = {"step_trainer": True}
+        cfg[STEP_TRAINER_FLAG] = {"step_trainer": True, **({"samples": samples} if samples else {})}
     return cfg
 
 

@@ -144,7 +144,7 @@ def test_concat_mode_matches_env_token_for_token(model_dir, data, smollm2_model,
 def test_step_mode_rows_expand_to_the_env_steps(model_dir, data, smollm2_model, verl_tokenizer):
     from agent_gym_verl.step_advantage import STEP_KEY, TRAJ_KEY, expand_step_batch
 
-    cfg = mark_step_trainer(verl_config(model_dir))
+    cfg = mark_step_trainer(verl_config(model_dir), samples="step")
     al._ENV_POOL.clear()
     script = verl_tokenizer.encode(TOOL_CALL, add_special_tokens=False)
     server = HFServerManager(smollm2_model, verl_tokenizer, scripted_first_turn=script)
@@ -262,3 +262,83 @@ def test_concat_mode_cuts_at_response_length_with_mask_consistent(model_dir, ver
     assert out.response_ids[: len(script)] == script[:response_length] and all(out.response_mask[: min(len(script), response_length)])
     assert out.extra_fields["agent_gym_truncated_reason"] == "response_length"
     assert out.reward_score == 0.0
+
+
+def test_segment_mode_gives_an_append_only_episode_as_its_concat_sample(model_dir, data, smollm2_model, verl_tokenizer):
+    """Step mode's default samples are segments: a GSM8KTool episode (the env only appends) is one
+    sample, token for token, mask and log-probs included, the sample concat mode makes of it."""
+    from agent_gym_verl.step_advantage import STEP_KEY, TRAJ_KEY, expand_step_batch
+
+    script = verl_tokenizer.encode(TOOL_CALL, add_special_tokens=False)
+    rows = {}
+    for mode, cfg in (("concat", verl_config(model_dir)), ("step", mark_step_trainer(verl_config(model_dir)))):
+        al._ENV_POOL.clear()
+        server = HFServerManager(smollm2_model, verl_tokenizer, scripted_first_turn=script)
+        worker = compat.make_agent_loop_worker(cfg, server)
+        out = _run(worker, dataset_batch(cfg, data[mode], worker.tokenizer, rows=[0]))
+        if mode == "step":
+            assert len(server.calls) >= 2, "the episode must be multi-turn"
+            out, stats = expand_step_batch(out, pad_token_id=worker.tokenizer.pad_token_id, pad_to_multiple=1)
+            assert len(out) == 1 and out.non_tensor_batch[TRAJ_KEY][0] == 0 and out.non_tensor_batch[STEP_KEY][0] == 0
+            assert stats["agent_gym/step/trained_tokens"] == len(_unpad(out, 0)["prompt"]) + len(_unpad(out, 0)["response"])
+        rows[mode] = _unpad(out, 0)
+    concat, segment = rows["concat"], rows["step"]
+    assert segment["prompt"] == concat["prompt"]
+    assert segment["response"] == concat["response"]
+    assert segment["mask"] == concat["mask"] and 0 in segment["mask"]
+    assert segment["logprobs"] == pytest.approx(concat["logprobs"], abs=1e-6)
+    # The reward sits on the last policy token, as concat mode's rm_scores put it.
+    assert sum(segment["rm_scores"]) == pytest.approx(sum(concat["rm_scores"]))
+    last_policy = max(i for i, m in enumerate(segment["mask"]) if m)
+    assert [i for i, r in enumerate(segment["rm_scores"]) if r] in ([], [last_policy])
+
+
+def test_segment_mode_cuts_a_rewriting_game_at_each_rewrite(model_dir, verl_tokenizer):
+    """FrozenLake with context="last_k" (k=1) appends once, then rewrites its context after every step:
+    one sample per segment, each with the exact ids of a replay of the same actions."""
+    from agent_gym.rollout.episode import play_episode
+    from agent_gym.rollout.policy import Generation
+    from agent_gym_verl.step_advantage import STEP_KEY, TRAJ_KEY, expand_step_batch
+
+    cfg = mark_step_trainer(verl_config(model_dir, "data.max_prompt_length=1024"))
+    script = verl_tokenizer.encode("<action>left</action><|im_end|>", add_special_tokens=False)
+    server = _ScriptedServer(script)
+    kwargs = {"context": "last_k", "last_k": 1, "max_turns": 5}
+    row = {"extra_info": {"env_id": "AgentR1/FrozenLake-v0", "env_kwargs": json.dumps(kwargs)}, "index": 3}
+    loop = al.AgentGymStepAgentLoop(**compat.agent_loop_init_kwargs(cfg, server, verl_tokenizer))
+    out = asyncio.run(loop.run({"temperature": 1.0, "logprobs": True}, **row))
+    samples = out.extra_fields[al.STEPS_KEY]
+
+    import agent_gym  # noqa: F401
+
+    env = gym.make("AgentR1/FrozenLake-v0", tokenizer=verl_tokenizer, **kwargs)
+
+    async def generate(prompt):
+        return Generation(list(script), [-0.25] * len(script), "stop")
+
+    replay = asyncio.run(play_episode(env, generate, seed=3))
+    segments = replay.segments()
+    assert len(replay.steps) == 5 and len(segments) == len(samples) == 4  # steps 0-1, then one per step
+    for sample, segment in zip(samples, segments):
+        assert sample["prompt_ids"].tolist() == segment.prompt_ids
+        assert sample["response_ids"].tolist() == segment.response_ids
+        assert sample["response_mask"].tolist() == segment.response_mask
+
+    # The row as verl's worker pads it (the first step), carrying the samples.
+    p, r = torch.tensor([out.prompt_ids]), torch.tensor([out.response_ids])
+    ones = torch.ones_like(torch.cat([p, r], 1))
+    steps_col = np.empty(1, dtype=object)
+    steps_col[0] = samples
+    batch = compat.DataProto.from_dict(
+        tensors={"prompts": p, "responses": r, "response_mask": torch.ones_like(r), "input_ids": torch.cat([p, r], 1),
+                 "attention_mask": ones, "position_ids": ones.cumsum(1) - 1},
+        non_tensors={al.STEPS_KEY: steps_col, "uid": np.asarray(["u"], dtype=object)},
+    )
+    expanded, stats = expand_step_batch(batch, pad_token_id=verl_tokenizer.pad_token_id)
+    assert len(expanded) == 4 and expanded.non_tensor_batch[TRAJ_KEY].tolist() == [0] * 4
+    assert expanded.non_tensor_batch[STEP_KEY].tolist() == [0, 1, 2, 3]
+    for k, segment in enumerate(segments):
+        r = _unpad(expanded, k)
+        assert r["prompt"] == segment.prompt_ids and r["response"] == segment.response_ids
+        assert r["mask"] == segment.response_mask
+        assert r["logprobs"] == [(-0.25 if m else 0.0) for m in segment.response_mask]

@@ -48,7 +48,9 @@ __all__ = [
     "AgentGymAgentLoop",
     "AgentGymStepAgentLoop",
     "ConcatModeError",
+    "SAMPLE_KINDS",
     "STEPS_KEY",
+    "step_samples",
     "MAX_POOLED_ENVS",
 ]
 
@@ -61,6 +63,65 @@ MAX_POOLED_ENVS = 1024
 # a worker process (verl makes one agent-loop instance per sample). An env is in the pool only while no
 # episode runs on it, so two trajectories never share one.
 _ENV_POOL: dict[tuple[str, str, int], list[gym.Env]] = defaultdict(list)
+
+
+#: How step mode cuts a trajectory into training samples (``agent_gym.samples``; default ``"segment"``).
+SAMPLE_KINDS = ("segment", "step")
+
+
+def step_samples(trajectory: Any, kind: str = "segment") -> list[dict[str, Any]]:
+    """A step-mode trajectory's training samples, as carried in ``extra_fields[STEPS_KEY]``.
+
+    ``"segment"``: one sample per segment (:meth:`agent_gym.trajectory.Trajectory.segments`): prompt = the
+    segment's first prompt, response = every id after it with ``response_mask`` 1 on the policy's ids and
+    0 on the env's, log-probs 0.0 on env ids, and ``token_rewards`` holding each step's reward on that
+    step's last action id. An append-only episode is one sample, the concat-mode one; the trainer's cost is
+    linear in the episode's length, not quadratic.
+
+    ``"step"``: one sample per env step (prompt = the step's whole context, response = its action, the
+    step's ``reward``), Agent-R1's step-level layout, kept for comparison.
+    """
+    if kind == "step":
+        return [
+            {
+                "trajectory_id": trajectory.id,
+                "step": record.step,
+                "prompt_ids": np.asarray(record.prompt_ids, dtype=np.int64),
+                "response_ids": np.asarray(record.response_ids, dtype=np.int64),
+                "logprobs": None if record.response_logprobs is None else np.asarray(record.response_logprobs, dtype=np.float32),
+                "reward": record.reward,
+                "new_segment": record.new_segment,
+            }
+            for record in trajectory.steps
+        ]
+    if kind != "segment":
+        raise ValueError(f"sample kind must be one of {SAMPLE_KINDS}, got {kind!r}")
+    samples = []
+    for number, segment in enumerate(trajectory.segments()):
+        rewards = np.zeros(len(segment.response_ids), dtype=np.float32)
+        unplaced = 0.0
+        for k in segment.steps:
+            reward = trajectory.steps[k].reward
+            where = [i for i, (s, m) in enumerate(zip(segment.step_index, segment.response_mask)) if s == k and m]
+            if where:
+                rewards[where[-1]] += reward
+            else:  # an empty action: the reward still belongs to the sample
+                unplaced += reward
+        samples.append(
+            {
+                "trajectory_id": trajectory.id,
+                "step": number,
+                "steps": [segment.steps.start, segment.steps.stop],
+                "prompt_ids": np.asarray(segment.prompt_ids, dtype=np.int64),
+                "response_ids": np.asarray(segment.response_ids, dtype=np.int64),
+                "response_mask": np.asarray(segment.response_mask, dtype=np.int64),
+                "logprobs": None if segment.response_logprobs is None else np.asarray(segment.response_logprobs, dtype=np.float32),
+                "token_rewards": rewards,
+                "reward": float(sum(trajectory.steps[k].reward for k in segment.steps)),
+                "unplaced_reward": unplaced,
+            }
+        )
+    return samples
 
 
 class ConcatModeError(RuntimeError):
@@ -97,6 +158,7 @@ class AgentGymAgentLoop(compat.AgentLoopBase):
     """
 
     mode = "concat"
+    samples = "segment"  # how step mode cuts trajectories into samples (see step_samples)
 
     def __init__(self, *args: Any, mode: str | None = None, env_kwargs: Any = None, max_steps: int = 64, **kwargs: Any):
         kwargs.pop("name", None)  # the config entry's own name, passed along by hydra
@@ -221,18 +283,7 @@ class AgentGymAgentLoop(compat.AgentLoopBase):
         env_turns = len(trajectory.steps) - (1 if done else 0)
 
         if step_mode:
-            steps = [
-                {
-                    "trajectory_id": request_id,
-                    "step": record.step,
-                    "prompt_ids": np.asarray(record.prompt_ids, dtype=np.int64),
-                    "response_ids": np.asarray(record.response_ids, dtype=np.int64),
-                    "logprobs": None if record.response_logprobs is None else np.asarray(record.response_logprobs, dtype=np.float32),
-                    "reward": record.reward,
-                    "new_segment": record.new_segment,
-                }
-                for record in trajectory.steps
-            ]
+            steps = step_samples(trajectory, self.samples)
             first = trajectory.steps[0]
             out_prompt = list(first.prompt_ids)
             out_response = list(first.response_ids)
@@ -298,13 +349,16 @@ class AgentGymAgentLoop(compat.AgentLoopBase):
 
 
 class AgentGymStepAgentLoop(AgentGymAgentLoop):
-    """Step mode: one training sample per env step (see the module docstring)."""
+    """Step mode: one training sample per segment, or per env step (see the module docstring)."""
 
     mode = "step"
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         flag = self.config.get("agent_gym", None) or {}
+        self.samples = str(flag.get("samples", "segment"))
+        if self.samples not in SAMPLE_KINDS:
+            raise ValueError(f"agent_gym.samples must be one of {SAMPLE_KINDS}, got {self.samples!r}")
         if not flag.get("step_trainer", False):
             raise RuntimeError(
                 "the agent_gym_step agent loop returns one row per trajectory that only the agent-gym trainer "

@@ -2,10 +2,17 @@
 
 Batch expansion (:func:`expand_step_batch`)
     After rollout a step-mode batch has one row per trajectory (its first step) whose
-    ``non_tensor_batch["agent_gym_steps"]`` holds every step (prompt ids, action ids, log-probs,
-    reward). Expansion turns it into one row per step: prompt = the step's prompt ids (left-padded),
-    response = the step's action (right-padded), ``response_mask`` 1 on the action, ``rm_scores`` = the
-    step's reward on its last token, ``rollout_log_probs`` when the rollout recorded them. Every other
+    ``non_tensor_batch["agent_gym_steps"]`` holds the trajectory's training samples
+    (:func:`agent_gym_verl.agent_loop.step_samples`). By default they are *segments*: maximal runs of
+    steps in which the env only appended, each one sample whose response holds every action and env turn
+    after the segment's first prompt (``response_mask`` 1 on the policy's ids, 0 on the env's,
+    ``rm_scores`` = each step's reward on that step's last action id). An append-only episode is one
+    sample, token for token the concat-mode one, so the update costs what concat mode costs; a game
+    that rewrites its context gives one sample per segment. With ``agent_gym.samples=step`` they are
+    single steps (prompt = the step's whole context, response = its action, its reward on its last
+    token): Agent-R1's layout, quadratic in the episode length, kept for comparison. Either way
+    expansion turns each sample into one row: prompt left-padded, response right-padded,
+    ``rollout_log_probs`` when the rollout recorded them. Every other
     per-row field (uid, data_source, extra_info, ...) is copied to each of the trajectory's steps, and
     three fields are added: ``agent_gym_traj`` (trajectory id), ``agent_gym_step`` (0-based step
     index) and ``agent_gym_num_steps``. Tensors are padded only to the batch's longest step prompt
@@ -15,9 +22,10 @@ Batch expansion (:func:`expand_step_batch`)
     the row count divisible by the data-parallel size; they carry no loss.
 
 Advantages (:func:`compute_step_advantage`)
-    The trajectory is the unit. For each trajectory the policy tokens of all its steps are laid end
+    The trajectory is the unit. For each trajectory the policy tokens of all its samples are laid end
     to end in step order (the *trajectory view*: exactly the policy tokens concat mode would have,
-    with their token-level rewards and, for GAE, the critic's values of each step's own context), and
+    with their token-level rewards and, for GAE, the critic's values of each step's own context, which
+    a segment row and a step row compute on the same ids), and
     verl's own ``compute_advantage`` runs on that view, one row per trajectory, with the prompt's
     ``uid`` as group index. The advantages are then written back to the step rows. So
 
@@ -182,11 +190,21 @@ def _row_sample(batch: Any, i: int) -> dict[str, Any]:
 
 
 def _step_sample(step: dict[str, Any]) -> dict[str, Any]:
+    """A carried sample (a segment or a single step, see ``agent_loop.step_samples``) as tensor rows."""
     response = [int(t) for t in np.asarray(step["response_ids"]).tolist()]
+    lps = step.get("logprobs")
+    if "response_mask" in step:  # a segment: policy ids and env ids, rewards per token
+        return {
+            "prompt": [int(t) for t in np.asarray(step["prompt_ids"]).tolist()],
+            "response": response,
+            "mask": [int(m) for m in np.asarray(step["response_mask"]).tolist()],
+            "logprobs": None if lps is None else [float(x) for x in np.asarray(lps).tolist()],
+            "rewards": [float(x) for x in np.asarray(step["token_rewards"]).tolist()],
+            "reward_no_tokens": float(step.get("unplaced_reward", 0.0)),
+        }
     rewards = [0.0] * len(response)
     if response:
         rewards[-1] = float(step.get("reward", 0.0))
-    lps = step.get("logprobs")
     return {
         "prompt": [int(t) for t in np.asarray(step["prompt_ids"]).tolist()],
         "response": response,
@@ -333,8 +351,11 @@ def expand_step_batch(batch: Any, *, pad_token_id: int = 0, pad_to_multiple: int
         "agent_gym/step/padding_fraction": 1.0 - real_tokens / slots if slots else 0.0,
         # ... and what padding every step to rollout.prompt_length + response_length would have cost.
         "agent_gym/step/padding_fraction_if_fixed": 1.0 - real_tokens / fixed_slots if fixed_slots else 0.0,
+        # Samples per trajectory (segments, or steps with agent_gym.samples=step) ...
         "agent_gym/step/steps_per_traj/mean": float(np.mean(traj_steps)) if traj_steps else 1.0,
         "agent_gym/step/steps_per_traj/max": float(np.max(traj_steps)) if traj_steps else 1.0,
+        # ... and the tokens the update trains on (prompt + response of every real sample).
+        "agent_gym/step/trained_tokens": float(real_tokens),
     }
     return out, metrics
 

@@ -167,7 +167,8 @@ def agent_gym_trainer_class(base: type) -> type:
                 cfg.trainer.balance_batch = True  # our hook lives in _balance_batch
                 # Read by the step-mode agent loop (the workers get this config in init_workers):
                 # only a trainer that expands step rows may run it.
-                cfg[STEP_TRAINER_FLAG] = {"step_trainer": True}
+                flags = dict(cfg.get(STEP_TRAINER_FLAG, None) or {})  # keeps agent_gym.samples
+                cfg[STEP_TRAINER_FLAG] = {**flags, "step_trainer": True}
             logger.warning(
                 "agent_gym_verl: trainer extension active (step-mode rows in the train data: %s)", self._agent_gym_step_mode
             )
