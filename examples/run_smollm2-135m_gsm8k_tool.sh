@@ -1,6 +1,7 @@
 #!/bin/bash
-# GSM8K with a calculator tool, GRPO, on ONE GPU with SmolLM2-135M-Instruct, in step mode (one training
-# sample per turn, the default) or concat mode (one sample per trajectory, tool tokens masked):
+# GSM8K with a calculator tool, GRPO, on ONE GPU with SmolLM2-135M-Instruct, in step mode (step-level
+# advantages; one training sample per segment, which for this append-only env is one per trajectory;
+# +agent_gym.samples=step gives one sample per turn) or concat mode (one sample per trajectory, tool tokens masked):
 # a pipeline check that runs in minutes (the model is far too small to solve GSM8K: expect rewards near 0).
 #
 #   agent-gym export-model --out ~/models/smollm2-135m-instruct   # the model as a HF folder (MODEL_PATH)
