@@ -92,3 +92,13 @@ def test_dry_run_rejects_a_step_mode_estimator_it_cannot_run():
 
     with pytest.raises(StepModeError, match="remax"):
         dry_run(["algorithm.adv_estimator=remax", "actor_rollout_ref.rollout.name=vllm"])
+
+
+@pytest.mark.parametrize("override,shown", [(None, "segment"), ("+agent_gym.samples=step", "step"), ("+agent_gym.samples=steps", None)])
+def test_step_mode_samples_are_segments_unless_asked(override, shown, tmp_path):
+    proc = _dry_run("run_smollm2-135m_gsm8k_tool.sh", *([override] if override else []), HOME=str(tmp_path))
+    if shown is None:
+        assert proc.returncode != 0 and "agent_gym.samples must be one of segment, step, got 'steps'" in proc.stderr
+        return
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert f"step-mode samples={shown}," in proc.stdout

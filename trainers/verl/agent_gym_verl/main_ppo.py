@@ -22,7 +22,7 @@ from typing import Any
 
 from agent_gym_verl import compat
 
-from agent_gym_verl.trainer import STEP_TRAINER_FLAG, check_engine_batch_sizes
+from agent_gym_verl.trainer import STEP_TRAINER_FLAG, check_engine_batch_sizes, step_sample_kind
 
 __all__ = ["AgentGymTaskRunner", "install", "main", "dry_run", "STEP_TRAINER_FLAG"]
 
@@ -135,9 +135,13 @@ def dry_run(overrides: list[str]) -> Any:
         raise SystemExit(f"agent_gym_verl.main_ppo: {exc}") from None
     if not compat.LEGACY_LAYOUT and cfg.trainer.get("use_v1", False):
         raise SystemExit("agent_gym_verl.main_ppo: set trainer.use_v1=False (the legacy trainer is the one extended)")
+    try:
+        samples = step_sample_kind(cfg)
+    except ValueError as exc:
+        raise SystemExit(f"agent_gym_verl.main_ppo: {exc}") from None
     print(
         f"agent_gym_verl dry run (verl {compat.VERL_VERSION}): config composed; "
-        f"adv_estimator={cfg.algorithm.adv_estimator}, model={cfg.actor_rollout_ref.model.path}, "
+        f"adv_estimator={cfg.algorithm.adv_estimator}, step-mode samples={samples}, model={cfg.actor_rollout_ref.model.path}, "
         f"agent_loop_config_path={cfg.actor_rollout_ref.rollout.agent.agent_loop_config_path}, "
         f"token log-probs from {_token_logprobs_source(cfg)}"
     )

@@ -41,11 +41,28 @@ from agent_gym_verl.step_advantage import (
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["agent_gym_trainer_class", "step_aware_compute_advantage", "dataset_uses_step_mode", "STEP_AGENT_NAME"]
+__all__ = [
+    "agent_gym_trainer_class",
+    "step_aware_compute_advantage",
+    "dataset_uses_step_mode",
+    "step_sample_kind",
+    "STEP_AGENT_NAME",
+]
 
 STEP_AGENT_NAME = "agent_gym_step"
 #: Top-level config key the step-mode agent loop checks (set by this trainer).
 STEP_TRAINER_FLAG = "agent_gym"
+
+
+def step_sample_kind(cfg: Any) -> str:
+    """``agent_gym.samples`` of a run's config (``"segment"`` when unset); raises ``ValueError`` for
+    anything but the kinds :data:`agent_gym_verl.agent_loop.SAMPLE_KINDS` names."""
+    from agent_gym_verl.agent_loop import SAMPLE_KINDS
+
+    kind = str((cfg.get(STEP_TRAINER_FLAG, None) or {}).get("samples", "segment"))
+    if kind not in SAMPLE_KINDS:
+        raise ValueError(f"agent_gym.samples must be one of {', '.join(SAMPLE_KINDS)}, got {kind!r}")
+    return kind
 
 
 def dataset_uses_step_mode(dataset: Any, default_agent_loop: str | None = None) -> bool:
@@ -160,6 +177,7 @@ def agent_gym_trainer_class(base: type) -> type:
             if self._agent_gym_step_mode:
                 check_estimator(cfg.algorithm.adv_estimator, cfg.algorithm)
             check_engine_batch_sizes(cfg, step_mode=self._agent_gym_step_mode)
+            step_sample_kind(cfg)  # a bad agent_gym.samples fails here, not in the agent-loop workers
             from omegaconf import open_dict
 
             self._agent_gym_balance = bool(cfg.trainer.get("balance_batch", True))
