@@ -205,7 +205,7 @@ def _register_rewrite_env():
 
 def test_concat_mode_rejects_rewritten_context_and_step_mode_takes_it(model_dir, smollm2_model, verl_tokenizer):
     _register_rewrite_env()
-    cfg = mark_step_trainer(verl_config(model_dir, "data.max_response_length=64"))
+    cfg = mark_step_trainer(verl_config(model_dir, "data.max_response_length=64"), samples="step")
     tok = verl_tokenizer
     script = tok.encode(TOOL_CALL, add_special_tokens=False)
     row = {"extra_info": {"env_id": "AgentGymTest/Rewrite-v0", "task_id": "test-0", "env_kwargs": '{"split": "test"}'}}
@@ -223,6 +223,16 @@ def test_concat_mode_rejects_rewritten_context_and_step_mode_takes_it(model_dir,
     second = steps[1]["prompt_ids"].tolist()
     assert second[: len(output.prompt_ids)] != output.prompt_ids + output.response_ids  # really rewritten
     assert torch.tensor(second).numel() <= cfg.actor_rollout_ref.rollout.prompt_length
+
+    # Segment samples (the default): the rewrite after the first step starts the second sample.
+    mark_step_trainer(cfg, samples="segment")
+    server = HFServerManager(smollm2_model, tok, max_new_tokens=8, scripted_first_turn=script)
+    segment_loop = al.AgentGymStepAgentLoop(**compat.agent_loop_init_kwargs(cfg, server, tok))
+    samples = asyncio.run(segment_loop.run({"temperature": 0.0, "logprobs": True}, **row)).extra_fields[al.STEPS_KEY]
+    assert len(samples) >= 2 and samples[0]["steps"] == [0, 1]
+    assert samples[0]["prompt_ids"].tolist() == steps[0]["prompt_ids"].tolist()
+    assert samples[0]["response_ids"].tolist() == steps[0]["response_ids"].tolist()  # the rewrite ends it
+    assert samples[1]["prompt_ids"].tolist() == second
 
 
 class _ScriptedServer:
