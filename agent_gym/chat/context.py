@@ -22,6 +22,16 @@ time, so training ids remain drift-free. An env that *wants* the template's view
 context) calls :meth:`ChatContext.rewrite`, which renders afresh and starts a new *segment*; the
 step that crosses a segment boundary says so (``new_segment``), and concat-mode trainers must not
 join samples across it.
+
+Messages
+--------
+``messages`` holds the conversation as the template takes it (:meth:`ChatTemplate.template_messages`):
+for a template with a ``tool`` role that is the OpenAI format unchanged; for one without (Gemma),
+tool results are user turns in ``<tool_response>`` tags, merged into one turn per reply where the
+template requires strict alternation. So ``tokenizer.apply_chat_template(ctx.messages)`` renders.
+
+Steps are transactional: :meth:`ChatContext.snapshot` / :meth:`ChatContext.restore` put the context
+back exactly as it was (in O(1)), so an env whose reply cannot be rendered applies nothing of the step.
 """
 
 from __future__ import annotations
@@ -64,10 +74,11 @@ class ChatContext:
 
     def rewrite(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None) -> None:
         """Replace the whole context, render it afresh and start a new segment."""
-        self.messages = copy.deepcopy(list(messages))
-        if tools is not None:
-            self.tools = copy.deepcopy(list(tools))
-        self.ids = self.template.encode_prompt(self.template.render(self.messages, self.tools, add_generation_prompt=True))
+        new_messages = self.template.template_messages(copy.deepcopy(list(messages)))
+        new_tools = copy.deepcopy(list(tools)) if tools is not None else self.tools
+        # Render first: if the template raises, the context is unchanged.
+        ids = self.template.encode_prompt(self.template.render(new_messages, new_tools, add_generation_prompt=True))
+        self.messages, self.tools, self.ids = new_messages, new_tools, ids
         self.segment += 1
         self._awaiting_env = False
 
@@ -84,7 +95,7 @@ class ChatContext:
         """The ids :meth:`append_messages` would append for ``messages`` (to check limits first)."""
         if not self._awaiting_env:
             raise RuntimeError("append_messages must follow append_action")
-        return self.template.turn_suffix(messages, self._last_action)
+        return self.template.turn_suffix(messages, self._last_action, history=self.messages, tools=self.tools)
 
     def append_messages(self, messages: Sequence[dict[str, Any]], suffix_ids: Sequence[int] | None = None) -> list[int]:
         """Append the env's reply turns after the last action; returns the ids that were appended.
@@ -96,9 +107,29 @@ class ChatContext:
             raise RuntimeError("append_messages must follow append_action")
         added = list(suffix_ids) if suffix_ids is not None else self.pending_suffix(messages)
         self.ids.extend(added)
-        self.messages.extend(copy.deepcopy(list(messages)))
+        self.messages.extend(self.template.template_messages(copy.deepcopy(list(messages))))
         self._awaiting_env = False
         return added
+
+    def record(self, messages: Sequence[dict[str, Any]]) -> None:
+        """Keep messages for the record only (the reply of a final step: no ids follow it)."""
+        self.messages.extend(self.template.template_messages(copy.deepcopy(list(messages))))
+
+    def snapshot(self) -> tuple:
+        """A token for :meth:`restore` (O(1): the lists are only ever extended or replaced)."""
+        return (self.ids, len(self.ids), self.messages, len(self.messages), self.tools, self.segment,
+                self._awaiting_env, getattr(self, "_last_action", None))
+
+    def restore(self, snapshot: tuple) -> None:
+        """Put the context back exactly as it was when ``snapshot`` was taken."""
+        ids, n_ids, messages, n_messages, tools, segment, awaiting, last_action = snapshot
+        del ids[n_ids:]
+        del messages[n_messages:]
+        self.ids, self.messages, self.tools, self.segment, self._awaiting_env = ids, messages, tools, segment, awaiting
+        if last_action is None:
+            self.__dict__.pop("_last_action", None)
+        else:
+            self._last_action = last_action
 
     @property
     def prompt_ids(self) -> np.ndarray:

@@ -1,12 +1,27 @@
 """A tokenizer's chat template, seen from an environment that appends turns to a token sequence.
 
 The env must turn "append these tool/user messages after the assistant's turn" into token ids
-*without* re-rendering the conversation (re-rendering costs O(context) per step and, for templates
-that rewrite history, changes tokens the policy already produced). :meth:`ChatTemplate.turn_suffix`
-finds those ids by rendering a tiny fixed conversation whose assistant turn is a placeholder: the
-text after the placeholder is exactly what the template writes between the end of an assistant's
-content and the start of the next assistant's content. Its cost is independent of how long the real
-conversation is.
+*without* re-tokenizing the conversation (that costs O(context) per step and, for templates that
+rewrite history, changes tokens the policy already produced). :meth:`ChatTemplate.turn_suffix`
+finds those ids by rendering a conversation whose last assistant turn ends with a placeholder: the
+text after the placeholder is exactly what the template writes between the end of that assistant's
+content and the start of the next assistant's content.
+
+Which conversation is rendered is decided once, at construction, by probing the template:
+
+- most templates write the same text after an assistant turn whatever came before it; for them a
+  tiny fixed conversation stands in for the history, so the cost of a step does not grow with the
+  episode (and per reply shape the text is compiled once and then filled in by string joining);
+- a *history-dependent* template (DeepSeek-R1's writes a second tool round differently from the
+  first) is rendered after the real history, so the appended ids are what the template itself
+  writes there.
+
+The same probing decides how the env's replies are expressed: tool results use the template's
+``tool`` role where it has one, else user turns wrapped in ``<tool_response>`` tags; where the
+template forbids two turns of one role in a row (strict user/assistant alternation, as Gemma's),
+consecutive tool results are merged into one turn. :meth:`ChatTemplate.template_messages` is that
+mapping; the context stores its result, so the messages of an observation render with the
+tokenizer's own template.
 """
 
 from __future__ import annotations
@@ -14,6 +29,7 @@ from __future__ import annotations
 import re
 import threading
 import weakref
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 __all__ = ["ChatTemplate", "ChatTemplateError"]
@@ -21,6 +37,12 @@ __all__ = ["ChatTemplate", "ChatTemplateError"]
 # Never produced by a tokenizer's normaliser and never special: a safe marker to split rendered text.
 _PLACEHOLDER = "\u2063AGENTGYMPLACEHOLDER\u2063"
 _DUMMY_HISTORY = ({"role": "system", "content": "s"}, {"role": "user", "content": "u"})
+# The replies an env gives after an assistant turn (tool results of one or more calls, feedback,
+# both), as role sequences: every one must be expressible, or the template is refused.
+_REPLY_SHAPES = (("tool",), ("tool", "tool"), ("tool", "tool", "tool"), ("user",), ("tool", "user"), ("user", "user"))
+_PROBE_CALL = (
+    '<think>Add them.</think>\n<tool_call>\n{"name": "calculate", "arguments": {"expression": "1+1"}}\n</tool_call>'
+)
 
 
 class ChatTemplateError(ValueError):
@@ -35,7 +57,17 @@ class ChatTemplate:
         chat_template: a jinja chat template that replaces the tokenizer's own (optional).
         tool_role: ``"tool"`` to render tool results with the template's ``tool`` role, ``"user"`` to
             render them as user messages wrapped in ``<tool_response>`` tags, ``None`` (default) to use
-            ``tool`` when the template accepts it and fall back to ``user`` when it raises.
+            ``tool`` when the template renders it and fall back to ``user`` when it cannot.
+
+    Attributes set by probing the template once (per tokenizer and template):
+        tool_role: the role tool results are rendered with.
+        merges_turns: consecutive tool (or user) turns are merged into one, because the template
+            does not accept two turns of one role in a row.
+        history_dependent: what the template writes after an assistant turn depends on earlier
+            turns, so turn suffixes are rendered after the real history.
+        reply_error: why the template cannot render any reply after an assistant turn (``None``
+            when it can); an env that needs replies refuses such a template (:meth:`require_replies`).
+        end_of_turn_ids: the ids a policy generates to end its turn.
     """
 
     def __init__(self, tokenizer: Any, *, chat_template: str | None = None, tool_role: str | None = None):
@@ -49,11 +81,16 @@ class ChatTemplate:
             raise ValueError(f"tool_role must be 'tool', 'user' or None, got {tool_role!r}")
         self._backend = _fast_backend(tokenizer)
         self.vocab_size = _vocab_size(tokenizer, self._backend)
-        self.tool_role = tool_role or self._detect_tool_role()
         #: True when the template itself renders the ``tools`` argument (e.g. Qwen2.5, Llama 3.1).
         self.renders_tools = "tools" in self.chat_template
         self._suffix_parts: dict[tuple, list[str | int] | bool] = {}
-        self.end_of_turn_ids = self._detect_end_of_turn()
+        plan = _plans(tokenizer, self.chat_template, tool_role, self.vocab_size, lambda: self._probe(tool_role))
+        self.tool_role: str = plan.tool_role
+        self.merges_turns: bool = plan.merges_turns
+        self.reply_error: str | None = plan.reply_error
+        self.history_dependent: bool = plan.history_dependent
+        self.end_of_turn_ids: list[int] = list(plan.end_of_turn_ids)
+        self._end_of_turn_text: str = plan.end_of_turn_text
         # Prompt prefix cache (see encode_prompt): ids of the text up to the first end of turn (the
         # system turn, usually the same in every episode), once the split is checked to be exact.
         # Shared by the templates of one tokenizer and chat template (one per env, often hundreds).
@@ -74,12 +111,37 @@ class ChatTemplate:
         if tools and self.renders_tools:
             kwargs["tools"] = list(tools)
         return self.tokenizer.apply_chat_template(
-            [self._for_template(m) for m in messages],
+            self.template_messages(messages),
             chat_template=self.chat_template,
             tokenize=False,
             add_generation_prompt=add_generation_prompt,
             **kwargs,
         )
+
+    def template_messages(self, messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``messages`` (OpenAI format) as this template takes them.
+
+        Tool results become user turns wrapped in ``<tool_response>`` tags where the template has no
+        tool role, and runs of tool (or user) turns are merged into one turn, their contents joined
+        by newlines, where it does not accept two turns of one role in a row. Applying it twice
+        changes nothing; the input is not modified (unchanged messages are passed through as they are).
+        """
+        out: list[dict[str, Any]] = []
+        for message in messages:
+            m = self._for_template(message)
+            if self.merges_turns and out and m.get("role") in ("user", "tool") and out[-1].get("role") == m.get("role"):
+                prev = out[-1]
+                if isinstance(prev.get("content"), str) and isinstance(m.get("content"), str):
+                    out[-1] = {"role": prev["role"], "content": prev["content"] + "\n" + m["content"]}
+                    continue
+            out.append(m)
+        return out
+
+    def require_replies(self) -> None:
+        """Raise :class:`ChatTemplateError` if the template cannot render a reply after an assistant
+        turn (an env with more than one turn needs that: it is checked when the env is made)."""
+        if self.reply_error is not None:
+            raise ChatTemplateError(self.reply_error)
 
     def encode(self, text: str) -> list[int]:
         """Token ids of already-rendered text (special tokens in the text are recognised, none added)."""
@@ -137,14 +199,28 @@ class ChatTemplate:
         """Text of generated ids, special tokens kept (used for parsing, never re-encoded)."""
         return self.tokenizer.decode(list(ids), skip_special_tokens=False)
 
-    def turn_suffix(self, new_messages: Sequence[dict[str, Any]], action_ids: Sequence[int]) -> list[int]:
+    def turn_suffix(
+        self,
+        new_messages: Sequence[dict[str, Any]],
+        action_ids: Sequence[int],
+        history: Sequence[dict[str, Any]] | None = None,
+        tools: Sequence[dict[str, Any]] | None = None,
+    ) -> list[int]:
         """Ids to append after an assistant turn whose generated ids were ``action_ids``.
 
         The result closes the assistant turn (whatever part of the closing the policy did not generate
         itself, e.g. the newline after ``<|im_end|>``), renders ``new_messages`` and opens the next
         assistant turn (the generation prompt).
+
+        ``history`` is the conversation so far, ending with that assistant turn's message (and
+        ``tools`` the schemas offered). A history-dependent template is rendered after it; without
+        it such a template gets the text it writes after a one-exchange conversation.
         """
-        text = self._suffix_text(new_messages)
+        new = self.template_messages(new_messages)
+        if self.history_dependent and history:
+            text = self._render_suffix(new, history=history, tools=tools)
+        else:
+            text = self._suffix_text(new)
         ends_turn = bool(self.end_of_turn_ids) and list(action_ids[-len(self.end_of_turn_ids):]) == self.end_of_turn_ids
         closing = self._end_of_turn_text
         if ends_turn and closing and text.startswith(closing):
@@ -182,10 +258,28 @@ class ChatTemplate:
             return False
         return parts
 
-    def _render_suffix(self, new_messages: Sequence[dict[str, Any]]) -> str:
-        # The dummy history is constant, so this render costs the same at turn 1 and turn 100.
-        convo = [*_DUMMY_HISTORY, {"role": "assistant", "content": _PLACEHOLDER}, *new_messages]
-        text = self.render(convo, add_generation_prompt=True)
+    def _render_suffix(
+        self,
+        new_messages: Sequence[dict[str, Any]],
+        history: Sequence[dict[str, Any]] | None = None,
+        tools: Sequence[dict[str, Any]] | None = None,
+    ) -> str:
+        """The text the template writes after the last assistant turn's content and ``new_messages``.
+
+        Without ``history`` a constant one-exchange conversation stands in for it, so this costs the
+        same at turn 1 and turn 100; with it, the last message of ``history`` is the assistant turn
+        (rendered with its content, the placeholder after it, and without ``tool_calls``: the calls
+        are part of the content the policy generated)."""
+        if history is None:
+            convo = [*_DUMMY_HISTORY, {"role": "assistant", "content": _PLACEHOLDER}, *new_messages]
+        else:
+            last = history[-1]
+            if last.get("role") != "assistant":
+                raise ValueError("the history of a turn suffix must end with the assistant turn")
+            closing = {k: v for k, v in last.items() if k != "tool_calls"}
+            closing["content"] = f"{last.get('content') or ''}{_PLACEHOLDER}"
+            convo = [*history[:-1], closing, *new_messages]
+        text = self.render(convo, tools, add_generation_prompt=True)
         at = text.find(_PLACEHOLDER)
         if at < 0:
             raise ChatTemplateError("the chat template drops assistant content; cannot build turn suffixes")
@@ -196,15 +290,79 @@ class ChatTemplate:
             return {"role": "user", "content": f"<tool_response>\n{message.get('content', '')}\n</tool_response>"}
         return message
 
-    def _detect_tool_role(self) -> str:
-        probe = [*_DUMMY_HISTORY, {"role": "assistant", "content": "a"}, {"role": "tool", "content": "TOOLPROBE"}]
-        try:
-            text = self.tokenizer.apply_chat_template(
-                probe, chat_template=self.chat_template, tokenize=False, add_generation_prompt=True
-            )
-        except Exception:  # templates that enforce user/assistant alternation raise on a tool role
-            return "user"
-        return "tool" if "TOOLPROBE" in text else "user"
+    # -- probing (once per tokenizer and template) ---------------------------------------------------
+
+    def _probe(self, requested_role: str | None) -> "_Plan":
+        """Decide how replies are expressed, whether suffixes depend on history, and the end of turn."""
+        candidates = [(requested_role, False), (requested_role, True)] if requested_role else [
+            ("tool", False), ("tool", True), ("user", False), ("user", True)
+        ]
+        reply_error = None
+        for role, merge in candidates:
+            self.tool_role, self.merges_turns = role, merge
+            reply_error = self._reply_problem()
+            if reply_error is None:
+                break
+        if reply_error is not None:  # nothing works: keep the simplest mapping, refuse replies
+            self.tool_role, self.merges_turns = candidates[-1]
+        self.history_dependent = False
+        closing = self._render_suffix(())  # raises ChatTemplateError if assistant content is dropped
+        eot_ids, eot_text = self._end_of_turn(closing)
+        dependent = reply_error is None and self._depends_on_history()
+        return _Plan(self.tool_role, self.merges_turns, reply_error, dependent, tuple(eot_ids), eot_text)
+
+    def _reply_problem(self) -> str | None:
+        """Why some reply shape cannot be rendered after an assistant turn with the current mapping."""
+        for shape in _REPLY_SHAPES:
+            contents = [f"PROBE{i}" for i in range(len(shape))]
+            reply = [{"role": r, "content": c} for r, c in zip(shape, contents)]
+            try:
+                text = self._render_suffix(self.template_messages(reply))
+            except Exception as exc:  # noqa: BLE001 - jinja raise_exception, TemplateError, anything
+                return (
+                    f"the chat template cannot render a {' + '.join(shape)} reply after an assistant turn "
+                    f"(tool results rendered as {self.tool_role!r} turns{', merged' if self.merges_turns else ''}): "
+                    f"{type(exc).__name__}: {exc}"
+                )
+            at = 0
+            for c in contents:
+                at = text.find(c, at)
+                if at < 0:
+                    return f"the chat template drops the content of a {' + '.join(shape)} reply after an assistant turn"
+        return None
+
+    def _depends_on_history(self) -> bool:
+        """Whether the text after an assistant turn changes with what came before it.
+
+        Compared with the one-exchange stand-in: earlier tool rounds (one and several calls), an
+        earlier user follow-up, no system prompt, a long episode, and reasoning in the last turn.
+        """
+        system, user = _DUMMY_HISTORY
+        call = {"role": "assistant", "content": _PROBE_CALL}
+        result = {"role": "tool", "content": "2"}
+        histories = [
+            [system, user],
+            [user],
+            [system, user, call, result],
+            [system, user, call, result, result, call, result],
+            [system, user, {"role": "assistant", "content": "Why?"}, {"role": "user", "content": "Go on."}],
+            [system, user, call, result, {"role": "assistant", "content": "<think>ok</think>It is 2."}, user],
+            [system, user, *[call, result] * 6],
+        ]
+        finals = ["", "<think>Check it.</think>\nIt is 2.", _PROBE_CALL]
+        for shape in (("tool",), ("tool", "tool"), ("user",)):
+            reply = self.template_messages([{"role": r, "content": f"R{i}"} for i, r in enumerate(shape)])
+            stand_in = self._render_suffix(reply)
+            for history in histories:
+                for final in finals:
+                    convo = self.template_messages(history) + [{"role": "assistant", "content": final}]
+                    try:
+                        text = self._render_suffix(reply, history=convo)
+                    except Exception:  # noqa: BLE001 - a history this template cannot take at all
+                        continue
+                    if text != stand_in:
+                        return True
+        return False
 
     def _safe_prefix_boundary(self) -> str | None:
         """The end-of-turn token text after which :meth:`encode_prompt` may split, or ``None``.
@@ -235,10 +393,9 @@ class ChatTemplate:
                 return None
         return text
 
-    def _detect_end_of_turn(self) -> list[int]:
-        """The ids a policy generates to end its turn: the template's first special token after content."""
-        closing = self._suffix_text(())
-        self._end_of_turn_text = ""
+    def _end_of_turn(self, closing: str) -> tuple[list[int], str]:
+        """The ids a policy generates to end its turn (the template's first special token after
+        content), and the text of the closing up to that token."""
         specials = sorted(
             (t for t in self.tokenizer.all_special_tokens + list(getattr(self.tokenizer, "added_tokens_encoder", {}))),
             key=len,
@@ -247,10 +404,41 @@ class ChatTemplate:
         stripped = closing.lstrip(" ")
         for token in specials:
             if token and stripped.startswith(token):
-                self._end_of_turn_text = closing[: len(closing) - len(stripped) + len(token)]
-                return self.encode(token)
+                return self.encode(token), closing[: len(closing) - len(stripped) + len(token)]
         eos = getattr(self.tokenizer, "eos_token_id", None)
-        return [eos] if eos is not None else []
+        return ([eos] if eos is not None else []), ""
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What probing a template found (see :meth:`ChatTemplate._probe`)."""
+
+    tool_role: str
+    merges_turns: bool
+    reply_error: str | None
+    history_dependent: bool
+    end_of_turn_ids: tuple[int, ...]
+    end_of_turn_text: str
+
+
+_PLANS: "weakref.WeakKeyDictionary[Any, dict[tuple[str, str | None, int], _Plan]]" = weakref.WeakKeyDictionary()
+
+
+def _plans(tokenizer: Any, chat_template: str, tool_role: str | None, vocab_size: int, probe: Any) -> _Plan:
+    """The probe result for this tokenizer and template, computed once (an env is made per episode
+    runner, often hundreds per process, and probing renders the template some fifty times)."""
+    key = (chat_template, tool_role, vocab_size)
+    with _PREFIX_LOCK:
+        try:
+            plan = _PLANS.get(tokenizer, {}).get(key)
+        except TypeError:  # not weak-referenceable
+            return probe()
+    if plan is not None:
+        return plan
+    plan = probe()
+    with _PREFIX_LOCK:
+        _PLANS.setdefault(tokenizer, {})[key] = plan
+    return plan
 
 
 class _PrefixCache:

@@ -128,6 +128,9 @@ class AgentEnv(gym.Env[ObsType, np.ndarray]):
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
         self.tokenizer = load_tokenizer(tokenizer)
         self.template = ChatTemplate(self.tokenizer, chat_template=chat_template)
+        if max_turns > 1:
+            # Refused here, never mid-episode: a multi-turn env answers every non-final turn.
+            self.template.require_replies()
         self.max_turns = int(max_turns)
         self.max_context_tokens = int(max_context_tokens)
         self.max_action_tokens = int(max_action_tokens)
@@ -222,7 +225,12 @@ class AgentEnv(gym.Env[ObsType, np.ndarray]):
 
     def step(self, action: Any) -> tuple[ObsType, float, bool, bool, dict[str, Any]]:
         """Apply the policy's action (generated token ids). Never raises on bad actions: an invalid
-        action ends the episode with reward 0 and ``info["invalid_action"]`` saying why."""
+        action ends the episode with reward 0 and ``info["invalid_action"]`` saying why.
+
+        The step is all or nothing: if the context cannot be rendered (a reply the chat template
+        raises on), none of it is applied (context ids and messages, counters and turn number are
+        as before the step) and the episode ends truncated with ``info["truncated_reason"] ==
+        "render_error"`` and ``info["render_error"]`` saying what failed."""
         turn, problem = self._begin_step(action)
         reply = self._invalid_reply(problem) if turn is None else self.respond(turn)
         return self._finish_step(turn, reply)
@@ -348,6 +356,28 @@ class AgentEnv(gym.Env[ObsType, np.ndarray]):
     def _finish_step(self, turn: Turn | None, reply: EnvReply) -> tuple[ObsType, float, bool, bool, dict[str, Any]]:
         ctx = self.context
         assert ctx is not None
+        snapshot = ctx.snapshot()
+        counts, kinds = dict(self._counts), dict(self._error_kinds)
+        try:
+            return self._apply_step(ctx, turn, reply)
+        except Exception as exc:  # noqa: BLE001 - a template error must not leave the step half-applied
+            ctx.restore(snapshot)
+            self._counts, self._error_kinds = counts, kinds
+            if turn is not None:
+                self._turn -= 1
+            return self._render_failure(ctx, exc)
+
+    def _render_failure(self, ctx: ChatContext, exc: Exception) -> tuple[ObsType, float, bool, bool, dict[str, Any]]:
+        info: dict[str, Any] = {"task_id": self.task_id_of(self.task), "turn": self._turn, **self._counts}
+        info["tool_error_kinds"] = dict(self._error_kinds)
+        info.update(new_segment=False, segment=ctx.segment, context_tokens=len(ctx), truncated_reason="render_error")
+        info["render_error"] = f"{type(exc).__name__}: {exc}"
+        self._done = True
+        return ctx.observation(), 0.0, False, True, info
+
+    def _apply_step(
+        self, ctx: ChatContext, turn: Turn | None, reply: EnvReply
+    ) -> tuple[ObsType, float, bool, bool, dict[str, Any]]:
         info: dict[str, Any] = {"task_id": self.task_id_of(self.task), "turn": self._turn}
         terminated, truncated = bool(reply.terminated), bool(reply.truncated)
         new_segment = False
@@ -365,7 +395,7 @@ class AgentEnv(gym.Env[ObsType, np.ndarray]):
                 else:
                     ctx.append_messages(reply.messages, suffix)
             if reply.messages and (terminated or truncated):
-                ctx.messages.extend(reply.messages)  # kept for the record; no ids follow a final step
+                ctx.record(reply.messages)  # kept for the record; no ids follow a final step
         self._error_kinds_update(reply)
         info.update(reply.info)
         info.update(self._counts)
