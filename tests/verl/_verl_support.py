@@ -153,3 +153,44 @@ def gen_batch(batch: Any) -> Any:
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
     return RayPPOTrainer._get_gen_batch(SimpleNamespace(async_rollout_mode=True), batch)
+
+
+def one_policy_update(model: Any, batch: Any, tmp_path: Any, verl_tokenizer: Any) -> tuple[Any, list[str]]:
+    """verl's policy loss (core_algos, vanilla PPO clip, token-mean, verl's own actor config) on an
+    expanded batch with advantages, then one AdamW step of ``model`` on CPU.
+
+    Returns the loss and the names of the parameters that moved.
+    """
+    import torch
+
+    from verl.trainer.ppo import core_algos
+    from verl.utils.config import omega_conf_to_dataclass
+
+    b = batch.batch
+    r_len = b["responses"].shape[1]
+
+    def response_logprobs():
+        out = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"], position_ids=b["position_ids"])
+        logits = out.logits[:, -r_len - 1 : -1].float()
+        return torch.log_softmax(logits, -1).gather(-1, b["responses"][..., None])[..., 0]
+
+    with torch.no_grad():
+        old = response_logprobs()
+    cfg = verl_config(hf_model_folder(str(tmp_path), verl_tokenizer), "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4")
+    actor_cfg = omega_conf_to_dataclass(cfg.actor_rollout_ref.actor)  # verl's actor config, as the worker builds it
+    loss_fn = core_algos.get_policy_loss_fn("vanilla")
+    params = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    pg_loss, _ = loss_fn(
+        old_log_prob=old,
+        log_prob=response_logprobs(),
+        advantages=b["advantages"],
+        response_mask=b["response_mask"],
+        loss_agg_mode="token-mean",
+        config=actor_cfg,
+    )
+    if torch.isfinite(pg_loss):
+        pg_loss.backward()
+        optimizer.step()
+    moved = [n for n, p in model.named_parameters() if p.requires_grad and not torch.equal(p.detach(), params[n])]
+    return pg_loss, moved
