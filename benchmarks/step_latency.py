@@ -32,11 +32,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--turns", type=int, default=10, help="tool-calling turns per episode (default 10)")
     parser.add_argument("--episodes", type=int, default=30, help="episodes to take the median over (default 30)")
-    parser.add_argument("--tokenizer", default=None, help="tokenizer path/name (default: the embedded SmolLM2)")
+    parser.add_argument(
+        "--tokenizer",
+        default=None,
+        help="tokenizer path/name, or a template-matrix family (smollm2, gemma3, deepseek-r1-qwen); "
+        "default: the embedded SmolLM2",
+    )
     args = parser.parse_args()
 
+    from agent_gym.chat.gguf import FAMILIES, family_tokenizer
+
+    tokenizer = family_tokenizer(args.tokenizer) if args.tokenizer in FAMILIES else args.tokenizer
     env = gym.make(
-        "AgentR1/GSM8KTool-v0", tokenizer=args.tokenizer, split="test", max_turns=args.turns + 1, max_context_tokens=32768
+        "AgentR1/GSM8KTool-v0", tokenizer=tokenizer, split="test", max_turns=args.turns + 1, max_context_tokens=32768
     ).unwrapped
     template = env.template
     hermes = HermesParser()
@@ -55,17 +63,21 @@ def main() -> None:
             obs, *_ = env.step(action)
             steps[turn].append(time.perf_counter() - t0)
             tokens[turn] = len(obs["prompt_ids"])
-            # The same context update the step just did: ids for the new tool turn only.
-            tool_turn = [obs["messages"][-1]]
+            # The same context update the step just did: ids for the new tool turn only (after the
+            # real history: a history-dependent template renders it, the others ignore it).
+            tool_turn, history = [obs["messages"][-1]], obs["messages"][:-1]
             t0 = time.perf_counter()
-            template.turn_suffix(tool_turn, action)
+            template.turn_suffix(tool_turn, action, history=history, tools=obs["tools"])
             incremental[turn].append(time.perf_counter() - t0)
             # The baseline: one fresh render + tokenization of the whole conversation so far.
             t0 = time.perf_counter()
             template.encode(template.render(obs["messages"], obs["tools"], add_generation_prompt=True))
             rerender[turn].append(time.perf_counter() - t0)
 
-    print(f"GSM8KTool step latency, median over {args.episodes} episodes (ms); tokenizer: {env.tokenizer.name_or_path}")
+    print(
+        f"GSM8KTool step latency, median over {args.episodes} episodes (ms); tokenizer: {env.tokenizer.name_or_path}; "
+        f"history-dependent template: {template.history_dependent}"
+    )
     print(f"{'turn':>4} {'tokens':>7} | {'incremental':>11} {'re-render':>10} {'ratio':>7} | {'step':>7} {'agent-r1 step':>14} {'ratio':>6}")
     for turn in range(args.turns):
         step = statistics.median(steps[turn]) * 1e3

@@ -176,3 +176,21 @@ def test_two_tool_results_on_gemma_are_one_user_turn_and_render():
     assert obs["messages"][-1]["content"] == "<tool_response>\n2.5\n</tool_response>\n<tool_response>\n3.5\n</tool_response>"
     rendered = tok.apply_chat_template(obs["messages"], tokenize=False, add_generation_prompt=True)
     assert tok.encode(rendered, add_special_tokens=False) == obs["prompt_ids"].tolist()
+
+
+def test_contents_with_edge_whitespace_are_appended_as_the_template_writes_them(family_name, family_tokenizer):
+    """Gemma's template trims contents (the compiled suffix trims too); the others paste verbatim."""
+    conversation = [
+        {"role": "system", "content": "  Use the tool.  "},
+        {"role": "user", "content": "\n What is 1+1?\t"},
+        {"role": "assistant", "content": calls_text(1, 2, malformed=False)},
+        {"role": "tool", "content": "  2\n"},
+        {"role": "tool", "content": "\t3 "},
+        {"role": "assistant", "content": calls_text(2, 1, malformed=True)},
+        {"role": "tool", "content": "\n\n4"},
+        {"role": "tool", "content": "Error: malformed  "},
+        {"role": "assistant", "content": "#### 2"},
+        {"role": "user", "content": " thanks \n"},
+    ]
+    report = check_no_drift(family_tokenizer, conversation)
+    assert report.ok, str(report)

@@ -231,32 +231,44 @@ class ChatTemplate:
 
     def _suffix_text(self, new_messages: Sequence[dict[str, Any]]) -> str:
         # Fast path: for each shape of reply (roles and metadata, not contents) render once with
-        # content markers, check that the template pastes content verbatim, then fill in contents
-        # by string joining. Most templates do; those that transform content get a full render.
+        # content markers, check that the template pastes content verbatim (or trimmed, as Gemma's
+        # does), then fill in contents by string joining. Templates that transform content otherwise
+        # get a full render.
         key = _shape_key(new_messages)
         if key is not None:
-            parts = self._suffix_parts.get(key)
-            if parts is None:
-                parts = self._compile_suffix(new_messages)
+            compiled = self._suffix_parts.get(key)
+            if compiled is None:
+                compiled = self._compile_suffix(new_messages)
                 if len(self._suffix_parts) < 1024:
-                    self._suffix_parts[key] = parts
-            if parts is not False:
+                    self._suffix_parts[key] = compiled
+            if compiled is not False:
+                parts, transform = compiled
                 contents = [m.get("content", "") for m in new_messages]
+                if transform is not None:
+                    contents = [transform(c) for c in contents]
                 return "".join(p if isinstance(p, str) else contents[p] for p in parts)
         return self._render_suffix(new_messages)
 
-    def _compile_suffix(self, new_messages: Sequence[dict[str, Any]]) -> list[str | int] | bool:
+    def _compile_suffix(self, new_messages: Sequence[dict[str, Any]]) -> tuple[list[str | int], Any] | bool:
         marked = [{**m, "content": f"\u2063C{i}\u2063"} for i, m in enumerate(new_messages)]
         pieces = re.split("\u2063C(\\d+)\u2063", self._render_suffix(marked))
         parts: list[str | int] = [int(p) if i % 2 else p for i, p in enumerate(pieces)]
         if sorted(p for p in parts if isinstance(p, int)) != list(range(len(new_messages))):
             return False
         # Verify on contents that a transforming template would change (whitespace, markup).
-        probe = [f"  x{i} <b>\n{{{{y}}}}\n " for i in range(len(new_messages))]
-        expected = self._render_suffix([{**m, "content": probe[i]} for i, m in enumerate(new_messages)])
-        if "".join(p if isinstance(p, str) else probe[p] for p in parts) != expected:
-            return False
-        return parts
+        probes = [
+            [f"  x{i} <b>\n{{{{y}}}}\n " for i in range(len(new_messages))],
+            [f"\n\t{i}  &amp; z\t\n\n" for i in range(len(new_messages))],
+        ]
+        expected = [self._render_suffix([{**m, "content": p[i]} for i, m in enumerate(new_messages)]) for p in probes]
+        for transform in (None, str.strip):
+            if all(
+                "".join(part if isinstance(part, str) else (probe[part] if transform is None else transform(probe[part]))
+                        for part in parts) == want
+                for probe, want in zip(probes, expected)
+            ):
+                return parts, transform
+        return False
 
     def _render_suffix(
         self,
