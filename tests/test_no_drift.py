@@ -108,3 +108,52 @@ def test_misuse_of_context_is_an_error(tokenizer):
     ctx.append_action([1], {"role": "assistant", "content": ""})
     with pytest.raises(RuntimeError, match="append_action called twice"):
         ctx.append_action([1], {"role": "assistant", "content": ""})
+
+
+def test_default_check_plays_every_conversation_and_reports_each(tokenizer):
+    from agent_gym.chat.conformance import CONVERSATIONS, DriftSuite
+
+    suite = check_no_drift(tokenizer)
+    assert isinstance(suite, DriftSuite) and list(suite.reports) == list(CONVERSATIONS)
+    assert set(CONVERSATIONS) == {"one call", "several calls in one turn", "several tool rounds", "malformed call", "long final answer"}
+    lines = str(suite).splitlines()
+    assert len(lines) == 1 + len(CONVERSATIONS)
+    assert all(line.startswith("  ok: [") for line in lines[1:])
+    # one conversation given: one report
+    single = check_no_drift(tokenizer, CONVERSATIONS["several tool rounds"])
+    assert single.ok and single.suffix_ok and single.matches_template and single.name == "conversation"
+
+
+def test_a_template_that_raises_mid_conversation_is_reported_not_raised(tokenizer):
+    # ChatML that refuses one particular tool result (551, in "several calls in one turn").
+    template = (
+        "{%- for m in messages -%}"
+        "{%- if m['content'] == '551' -%}{{ raise_exception('551 is refused') }}{%- endif -%}"
+        "{{ '<|im_start|>' ~ m['role'] ~ '\n' ~ m['content'] ~ '<|im_end|>\n' }}"
+        "{%- endfor -%}"
+        "{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\n' }}{%- endif -%}"
+    )
+    suite = check_no_drift(tokenizer, chat_template=template)
+    assert not suite.ok
+    assert [r.name for r in suite.failures] == ["several calls in one turn"]
+    failed = suite["several calls in one turn"]
+    assert failed.error is not None and "551 is refused" in failed.error
+    assert str(failed).startswith("FAIL [several calls in one turn]: the conversation could not be played")
+    assert str(suite).startswith("FAIL: 1 of 5 conversations")
+    assert suite["one call"].ok
+
+
+def test_command_line_check(tokenizer, tmp_path, capsys):
+    from agent_gym.chat.conformance import main
+
+    assert main(["smollm2"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("template: tool results as 'tool' turns; history-dependent: False; end of turn: '<|im_end|>'")
+    assert "ok: 5 conversations" in out
+    dropping = tmp_path / "t.jinja"
+    dropping.write_text(
+        "{%- for m in messages -%}{{ '<|im_start|>' ~ m['role'] ~ '\n' ~ (m['content'] if m['role'] != 'tool' else '') ~ '<|im_end|>\n' }}"
+        "{%- endfor -%}{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\n' }}{%- endif -%}"
+    )
+    assert main(["smollm2", "--chat-template", str(dropping)]) == 0  # tool results fall back to user turns
+    assert "tool results as 'user' turns" in capsys.readouterr().out

@@ -375,3 +375,57 @@ def _first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
         if x != y:
             return k
     return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def _load_for_check(name: str, chat_template: str | None) -> Any:
+    """A tokenizer from a matrix family name, a GGUF file (its header is enough), or anything
+    :func:`agent_gym.models.load_tokenizer` takes."""
+    import os
+
+    from agent_gym.chat.gguf import FAMILIES, family_tokenizer, tokenizer_from_gguf
+    from agent_gym.models import load_tokenizer
+
+    if name in FAMILIES:
+        return family_tokenizer(name)
+    if os.path.isfile(name):
+        with open(name, "rb") as fh:
+            is_gguf = fh.read(4) == b"GGUF"
+        if is_gguf:
+            return tokenizer_from_gguf(name, chat_template=chat_template)
+    return load_tokenizer(name)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m agent_gym.chat.conformance TOKENIZER [--chat-template FILE]``: print the report of
+    :func:`check_no_drift`; exit status 0 when every conversation passed, 1 otherwise."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m agent_gym.chat.conformance",
+        description="Check that an agent env's incremental token ids are drift-free with a tokenizer's chat template.",
+    )
+    parser.add_argument(
+        "tokenizer",
+        help="a tokenizer / model folder, a hub name, a GGUF file (or the first part of one), "
+        "or a template-matrix family (smollm2, gemma3, deepseek-r1-qwen)",
+    )
+    parser.add_argument("--chat-template", help="a file with a jinja chat template replacing the tokenizer's own")
+    args = parser.parse_args(argv)
+    template = None
+    if args.chat_template:
+        with open(args.chat_template, encoding="utf-8") as fh:
+            template = fh.read()
+    tokenizer = _load_for_check(args.tokenizer, template)
+    suite = check_no_drift(tokenizer, chat_template=template)
+    probe = ChatTemplate(tokenizer, chat_template=template)
+    print(
+        f"template: tool results as {probe.tool_role!r} turns{' (merged per reply)' if probe.merges_turns else ''}; "
+        f"history-dependent: {probe.history_dependent}; end of turn: {probe.decode(probe.end_of_turn_ids)!r}"
+        + (f"; cannot reply: {probe.reply_error}" if probe.reply_error else "")
+    )
+    print(suite)
+    return 0 if suite.ok else 1
+
+
+if __name__ == "__main__":  # pragma: no cover - exercised through the command line
+    raise SystemExit(main())
