@@ -194,3 +194,40 @@ def test_contents_with_edge_whitespace_are_appended_as_the_template_writes_them(
     ]
     report = check_no_drift(family_tokenizer, conversation)
     assert report.ok, str(report)
+
+
+def test_random_actions_never_raise_and_keep_the_invariant(family_name, family_tokenizer):
+    """Arbitrary ids (special tokens, other roles' markers, out-of-vocabulary, empty) after a valid call:
+    every step returns, and while the episode goes on prompt ids = previous + action + appended."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    env = gym.make("AgentR1/GSM8KTool-v0", tokenizer=family_tokenizer, split="test", max_turns=3)
+    template = env.unwrapped.template
+    vocab = template.vocab_size
+    specials = sorted(set(family_tokenizer.all_special_ids) | set(template.end_of_turn_ids))
+    call = template.encode(calls_text(1, 1, malformed=False))
+    ids = st.one_of(st.integers(0, vocab - 1), st.sampled_from(specials))
+    actions = st.one_of(
+        st.lists(ids, max_size=40).map(lambda tail: call + tail + template.end_of_turn_ids),
+        st.lists(ids, max_size=40),
+        st.lists(st.integers(-3, vocab + 3), min_size=1, max_size=5),
+    )
+
+    @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(st.lists(actions, min_size=1, max_size=3), st.integers(0, 50))
+    def run(episode, seed):
+        obs, _ = env.reset(seed=seed)
+        for action in episode:
+            prev = obs["prompt_ids"].tolist()
+            obs, reward, terminated, truncated, info = env.step(action)
+            assert "render_error" not in info
+            if terminated or truncated:
+                break
+            assert obs["prompt_ids"].tolist()[: len(prev) + len(action)] == prev + list(action)
+            family_tokenizer.apply_chat_template(obs["messages"], tokenize=False, add_generation_prompt=True)
+
+    try:
+        run()
+    finally:
+        env.close()
