@@ -27,6 +27,7 @@ import numpy as np
 
 from agent_gym.chat.context import ChatContext
 from agent_gym.chat.template import ChatTemplate
+from agent_gym.core.prompts import tool_prompt_variables
 from agent_gym.core.spaces import ChatContextSpace, TokenSequence
 from agent_gym.models import load_tokenizer
 from agent_gym.tools import ParsedResponse, Tool, ToolExecutor, ToolResult, get_parser
@@ -93,7 +94,9 @@ class AgentEnv(gym.Env[ObsType, np.ndarray]):
             truncates the episode.
         max_action_tokens: the longest action accepted; longer actions are invalid.
         tools: tools offered to the policy (empty: every response is final).
-        tool_format: how tool calls are written (``"hermes"``).
+        tool_format: how tool calls are written and the tools offered: a format registered in
+            :data:`agent_gym.tools.PARSERS` (``"hermes"``, ``"qwen3_coder"``, ``"pythonic"``) or a
+            parser object. A format that cannot express the tools raises ``ValueError`` here.
         chat_template: a jinja chat template replacing the tokenizer's own.
         render_mode: ``"ansi"`` (``render()`` returns the conversation) or ``"human"`` (prints it).
 
@@ -135,7 +138,9 @@ class AgentEnv(gym.Env[ObsType, np.ndarray]):
         self.max_context_tokens = int(max_context_tokens)
         self.max_action_tokens = int(max_action_tokens)
         self.tools: list[Tool] = list(tools)
-        self.parser = get_parser(tool_format)
+        self.parser = get_parser(tool_format, tools=[t.schema() for t in self.tools])
+        #: The name of the tool-call format (``self.parser.name``).
+        self.tool_format: str = getattr(self.parser, "name", type(self.parser).__name__)
         self.executor = ToolExecutor(self.tools)
         self.render_mode = render_mode
         vocab = self.template.vocab_size
@@ -286,6 +291,18 @@ class AgentEnv(gym.Env[ObsType, np.ndarray]):
     def _end_len(self, ids: Sequence[int]) -> int:
         eot = self.template.end_of_turn_ids
         return len(eot) if eot and list(ids[-len(eot):]) == eot else 0
+
+    def tool_prompt_variables(self, *example_calls: Mapping[str, Any]) -> dict[str, Any]:
+        """Template variables that offer this env's tools in its tool-call format: ``tools``,
+        ``tool_format``, ``tools_text``, ``call_example`` (``example_calls`` written in the format);
+        see :func:`agent_gym.core.prompts.tool_prompt_variables`. When the chat template renders
+        tools itself, ``tools`` and ``tools_text`` are empty (the schemas reach it as ``tools=``)."""
+        return tool_prompt_variables(
+            self.parser,
+            [t.schema() for t in self.tools],
+            example_calls,
+            template_renders_tools=self.template.renders_tools,
+        )
 
     def tool_demonstration(
         self, question: str, turns: Sequence[Sequence[Mapping[str, Any]]], answer: str

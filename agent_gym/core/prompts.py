@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["PromptTemplates"]
+__all__ = ["PromptTemplates", "tool_prompt_variables"]
 
 
 class PromptTemplates:
@@ -36,3 +37,28 @@ class PromptTemplates:
     def render(self, name: str, **variables: Any) -> str:
         """Render template ``name`` (e.g. ``"gsm8k_system.j2"``) with ``variables``; stripped."""
         return self._env.get_template(name).render(**variables).strip()
+
+
+def tool_prompt_variables(
+    parser: Any,
+    schemas: Sequence[Mapping[str, Any]],
+    example_calls: Sequence[Mapping[str, Any]] = (),
+    *,
+    template_renders_tools: bool = False,
+) -> dict[str, Any]:
+    """The variables a system-prompt template needs to offer tools in a tool-call format.
+
+    Returns ``tools`` (the schemas; empty when the chat template renders them itself, since the
+    chat template then offers them), ``tool_format`` (the parser's name), ``tools_text`` (the
+    schemas as that format offers them, ``""`` when ``tools`` is empty) and ``call_example``
+    (``example_calls`` written in that format, ``""`` for none).
+    """
+    from agent_gym.tools import describe_tools
+
+    tools = [] if template_renders_tools else [dict(s) for s in schemas]
+    return {
+        "tools": tools,
+        "tool_format": getattr(parser, "name", type(parser).__name__),
+        "tools_text": describe_tools(parser, tools) if tools else "",
+        "call_example": parser.format_calls(list(example_calls)) if example_calls else "",
+    }

@@ -2,7 +2,7 @@
 
 Typical flow inside an environment step::
 
-    parser = get_parser("hermes")
+    parser = get_parser("hermes")  # or "qwen3_coder", "pythonic", a registered format
     executor = ToolExecutor([calculator])
     parsed = parser.parse(assistant_text)
     results = executor.execute(parsed)  # or: await executor.aexecute(parsed)
@@ -16,20 +16,30 @@ from agent_gym.tools.calculator import CalculatorError, calculator, evaluate_ari
 from agent_gym.tools.executor import ERROR_KINDS, ToolExecutor, ToolResult, count_errors
 from agent_gym.tools.parsing import (
     PARSERS,
+    BaseToolCallParser,
     HermesParser,
     ParsedResponse,
+    TaggedBlockParser,
     ToolCall,
     ToolCallError,
     ToolCallParser,
+    describe_tools,
     get_parser,
+    register_parser,
 )
+from agent_gym.tools.pythonic import PythonicParser
+from agent_gym.tools.qwen3_coder import Qwen3CoderParser
 
 __all__ = [
     "ERROR_KINDS",
     "PARSERS",
+    "BaseToolCallParser",
     "CalculatorError",
     "HermesParser",
     "ParsedResponse",
+    "PythonicParser",
+    "Qwen3CoderParser",
+    "TaggedBlockParser",
     "Tool",
     "ToolCall",
     "ToolCallError",
@@ -39,8 +49,10 @@ __all__ = [
     "ToolResult",
     "calculator",
     "count_errors",
+    "describe_tools",
     "evaluate_arithmetic",
     "format_number",
     "get_parser",
+    "register_parser",
     "tool",
 ]

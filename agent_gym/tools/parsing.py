@@ -5,24 +5,38 @@ Policies emit tool calls as text in some model-family-specific format.  A
 the remaining prose, the well-formed calls, and an error for every attempted
 call that could not be understood.  Parsers never raise on any input: a
 malformed call is feedback for the policy (and a training signal), not a crash.
+
+Formats are registered by name (:data:`PARSERS`): ``hermes`` (JSON in
+``<tool_call>`` tags, the default), ``qwen3_coder`` (Qwen3-Coder's
+``<function=NAME><parameter=ARG>`` XML, :mod:`agent_gym.tools.qwen3_coder`) and
+``pythonic`` (a Python list of calls, :mod:`agent_gym.tools.pythonic`).
+:func:`register_parser` adds one; :func:`get_parser` builds one for a set of
+tool schemas.  Every format reports what it cannot parse as a ``"malformed"``
+:class:`ToolCallError`; unknown tools and invalid arguments are found by the
+executor, the same way for every format.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 __all__ = [
     "PARSERS",
+    "BaseToolCallParser",
     "HermesParser",
     "ParsedResponse",
+    "TaggedBlockParser",
     "ToolCall",
     "ToolCallError",
     "ToolCallParser",
+    "describe_tools",
     "get_parser",
+    "register_parser",
 ]
 
 
@@ -80,7 +94,7 @@ class ParsedResponse:
 
 @runtime_checkable
 class ToolCallParser(Protocol):
-    """Interface of a tool-call format."""
+    """Interface of a tool-call format (:class:`BaseToolCallParser` implements ``describe_tools``)."""
 
     name: str
 
@@ -114,32 +128,81 @@ class _Malformed(Exception):
     """Internal: carries the reason a block is malformed."""
 
 
-class HermesParser:
-    """The Hermes / Qwen tool-call format.
+def function_of(schema: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The function part of a tool schema: ``{"type": "function", "function": {...}}`` or the bare
+    ``{"name", "description", "parameters"}`` mapping (both forms are in use)."""
+    function = schema.get("function")
+    return function if isinstance(function, Mapping) else schema
 
-    Each call is a JSON object between tags, one block per call; several blocks
-    in one turn are parallel calls::
 
-        <tool_call>
-        {"name": "calculate", "arguments": {"expression": "2+2"}}
-        </tool_call>
+def call_parts(call: ToolCall | Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
+    """``(name, arguments)`` of a :class:`ToolCall` or of a ``{"name", "arguments"}`` mapping."""
+    if isinstance(call, ToolCall):
+        return call.name, call.arguments
+    return call["name"], call.get("arguments", {})
 
-    Leniencies (models in the wild do these): ``arguments`` may be a JSON
-    *string* that decodes to an object; a missing ``arguments`` means ``{}``;
-    raw control characters (e.g. newlines) inside JSON strings are accepted.
 
-    Everything else is reported as a ``"malformed"`` :class:`ToolCallError`:
-    invalid JSON, a non-object payload, a missing or non-string ``name``,
-    non-object ``arguments``, an ``<tool_call>`` with no closing tag (a new
-    ``<tool_call>`` before the closing tag also ends the previous, unterminated
-    block) and a stray ``</tool_call>``.
+def _tojson(value: Any) -> str:
+    # The bytes of jinja2's ``tojson`` filter (sorted keys, HTML-safe escapes), so hermes' schema
+    # block here equals the one the env templates write with ``{{ tool | tojson }}``.
+    return (
+        json.dumps(value, sort_keys=True)
+        .replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("&", "\\u0026")
+        .replace("'", "\\u0027")
+    )
+
+
+class BaseToolCallParser:
+    """A base for tool-call formats: keeps the tool schemas and offers them hermes-style.
+
+    Args:
+        tools: the OpenAI schemas of the tools the policy may call. Formats that type argument
+            values by the schema (``qwen3_coder``) or must check tool names (``pythonic``) use them;
+            parsing itself never rejects a call for naming an unknown tool (the executor does).
+
+    A subclass sets :attr:`name` and implements :meth:`parse` and :meth:`format_calls`; it may
+    override :meth:`describe_tools`.
     """
 
-    name = "hermes"
-    OPEN = "<tool_call>"
-    CLOSE = "</tool_call>"
+    name: ClassVar[str] = ""
 
-    _TAG_RE = re.compile(re.escape(OPEN) + "|" + re.escape(CLOSE))
+    def __init__(self, tools: Sequence[Mapping[str, Any]] = ()) -> None:
+        self.tools: list[Mapping[str, Any]] = list(tools)
+
+    def parse(self, text: str) -> ParsedResponse:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def format_calls(self, calls: Iterable[ToolCall | Mapping[str, Any]]) -> str:  # pragma: no cover
+        raise NotImplementedError
+
+    def describe_tools(self, tools: Sequence[Mapping[str, Any]] | None = None) -> str:
+        """The schemas (default: the parser's own) as JSON lines in ``<tools>`` tags; ``""`` for none."""
+        tools = self.tools if tools is None else tools
+        if not tools:
+            return ""
+        return "<tools>\n" + "\n".join(_tojson(dict(t)) for t in tools) + "\n</tools>"
+
+
+class TaggedBlockParser(BaseToolCallParser):
+    """Calls written one per ``OPEN ... CLOSE`` block; subclasses decode a block's body.
+
+    Outside the blocks everything is content. An ``OPEN`` with no ``CLOSE`` (a new ``OPEN`` before
+    the closing tag also ends the previous, unterminated block) and a stray ``CLOSE`` are
+    ``"malformed"`` errors; so is every block whose body :meth:`_decode` refuses.
+    """
+
+    OPEN: ClassVar[str] = "<tool_call>"
+    CLOSE: ClassVar[str] = "</tool_call>"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._TAG_RE = re.compile(re.escape(cls.OPEN) + "|" + re.escape(cls.CLOSE))
+
+    def _decode(self, body: str) -> tuple[str, dict[str, Any]]:  # pragma: no cover - interface
+        """``(name, arguments)`` of a block's body; raises ``_Malformed`` with the reason."""
+        raise NotImplementedError
 
     def parse(self, text: str) -> ParsedResponse:
         """Parse one assistant turn.  Never raises, whatever ``text`` is."""
@@ -179,6 +242,11 @@ class HermesParser:
                     name, arguments = self._decode(body)
                 except _Malformed as exc:
                     errors.append(ToolCallError(raw=raw, kind="malformed", message=str(exc)))
+                except (RecursionError, MemoryError, ValueError) as exc:
+                    # A decoder bug or pathological input must not escape: it is a malformed call.
+                    errors.append(
+                        ToolCallError(raw=raw, kind="malformed", message=f"unreadable call ({type(exc).__name__})")
+                    )
                 else:
                     calls.append(
                         ToolCall(id=f"call_{len(calls)}", name=name, arguments=arguments, raw=raw)
@@ -198,6 +266,33 @@ class HermesParser:
         return ToolCallError(
             raw=raw, kind="malformed", message=f"unterminated {self.OPEN} block (missing {self.CLOSE})"
         )
+
+
+class HermesParser(TaggedBlockParser):
+    """The Hermes / Qwen tool-call format.
+
+    Each call is a JSON object between tags, one block per call; several blocks
+    in one turn are parallel calls::
+
+        <tool_call>
+        {"name": "calculate", "arguments": {"expression": "2+2"}}
+        </tool_call>
+
+    Leniencies (models in the wild do these): ``arguments`` may be a JSON
+    *string* that decodes to an object; a missing ``arguments`` means ``{}``;
+    raw control characters (e.g. newlines) inside JSON strings are accepted.
+
+    Everything else is reported as a ``"malformed"`` :class:`ToolCallError`:
+    invalid JSON, a non-object payload, a missing or non-string ``name``,
+    non-object ``arguments``, an ``<tool_call>`` with no closing tag (a new
+    ``<tool_call>`` before the closing tag also ends the previous, unterminated
+    block) and a stray ``</tool_call>``.
+
+    The system prompt offers the tools as their JSON schemas, one per line, in
+    ``<tools></tools>`` tags (:meth:`describe_tools`).
+    """
+
+    name = "hermes"
 
     @staticmethod
     def _loads(text: str) -> Any:
@@ -257,10 +352,7 @@ class HermesParser:
         """
         blocks = []
         for call in calls:
-            if isinstance(call, ToolCall):
-                name, arguments = call.name, call.arguments
-            else:
-                name, arguments = call["name"], call.get("arguments", {})
+            name, arguments = call_parts(call)
             payload = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
             # Tags can only occur inside JSON strings here, where "<" may be
             # written as the escape \u003c: the JSON value is unchanged but the
@@ -272,19 +364,92 @@ class HermesParser:
         return "\n".join(blocks)
 
 
+# -- the registry -------------------------------------------------------------------------------------
+
+#: A parser factory: a class (or any callable) that builds a parser, given ``tools=`` when it
+#: takes that keyword.
+ParserFactory = Callable[..., ToolCallParser]
+
 #: Registry of tool-call formats by name.
-PARSERS: dict[str, type[ToolCallParser]] = {HermesParser.name: HermesParser}
+PARSERS: dict[str, ParserFactory] = {}
 
 
-def get_parser(name: str) -> ToolCallParser:
-    """Instantiate the parser registered under ``name``.
+def register_parser(
+    name: str, factory: ParserFactory | None = None, *, replace: bool = False
+) -> Any:
+    """Register a tool-call format under ``name``, so that ``get_parser(name)`` and every env's
+    ``tool_format=name`` use it.
+
+    ``factory`` builds the parser: usually a class implementing :class:`ToolCallParser` (subclass
+    :class:`BaseToolCallParser` or :class:`TaggedBlockParser` to inherit the schema keeping and the
+    hermes-style :meth:`~BaseToolCallParser.describe_tools`). It is called with ``tools=`` (the
+    OpenAI schemas of the env's tools) when it accepts that keyword, else with no arguments.
+    Without ``factory`` this is a class decorator::
+
+        @register_parser("my_format")
+        class MyParser(BaseToolCallParser): ...
 
     Raises:
-        ValueError: If no such format is registered.
+        ValueError: ``name`` is empty or already registered (pass ``replace=True`` to override).
+        TypeError: ``factory`` is not callable.
     """
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"a tool-call format needs a non-empty name, got {name!r}")
+
+    def add(f: ParserFactory) -> ParserFactory:
+        if not callable(f):
+            raise TypeError(f"the parser of tool-call format {name!r} must be a class or callable, got {f!r}")
+        if name in PARSERS and PARSERS[name] is not f and not replace:
+            raise ValueError(f"tool-call format {name!r} is already registered; pass replace=True to override it")
+        PARSERS[name] = f
+        return f
+
+    return add if factory is None else add(factory)
+
+
+def _accepts_tools(factory: Callable[..., Any]) -> bool:
     try:
-        parser_cls = PARSERS[name]
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):  # builtins without a signature
+        return False
+    return any(p.name == "tools" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
+def get_parser(name: str | ToolCallParser, tools: Sequence[Mapping[str, Any]] = ()) -> ToolCallParser:
+    """The parser of format ``name`` for the tools with these OpenAI schemas.
+
+    A parser object (anything with ``parse`` and ``format_calls``) is returned as it is.
+
+    Raises:
+        ValueError: If no such format is registered, or the format cannot express these tools
+            (``pythonic`` needs tool and argument names that are Python identifiers).
+    """
+    if not isinstance(name, str) and callable(getattr(name, "parse", None)) and callable(
+        getattr(name, "format_calls", None)
+    ):
+        return name
+    try:
+        factory = PARSERS[name]
     except (KeyError, TypeError):
         known = ", ".join(sorted(PARSERS))
         raise ValueError(f"unknown tool-call format {name!r}; known: {known}") from None
-    return parser_cls()
+    return factory(tools=list(tools)) if _accepts_tools(factory) else factory()
+
+
+def describe_tools(parser: ToolCallParser, tools: Sequence[Mapping[str, Any]]) -> str:
+    """``parser.describe_tools(tools)``, or the hermes-style JSON lines for a parser without one."""
+    describe = getattr(parser, "describe_tools", None)
+    if callable(describe):
+        return describe(list(tools))
+    return BaseToolCallParser.describe_tools(BaseToolCallParser(), list(tools))
+
+
+register_parser(HermesParser.name, HermesParser)
+
+# The other built-in formats live in their own modules, which import this one's types: importing
+# them here, after everything they need is defined, registers them whenever the types are imported.
+from agent_gym.tools import pythonic as _pythonic  # noqa: E402
+from agent_gym.tools import qwen3_coder as _qwen3_coder  # noqa: E402
+
+register_parser(_qwen3_coder.Qwen3CoderParser.name, _qwen3_coder.Qwen3CoderParser)
+register_parser(_pythonic.PythonicParser.name, _pythonic.PythonicParser)

@@ -8,6 +8,8 @@ import pytest
 
 from agent_gym.tools import HermesParser, ParsedResponse, ToolCall, ToolCallError, get_parser
 from agent_gym.tools.parsing import PARSERS, ToolCallParser
+from agent_gym.tools.pythonic import PythonicParser
+from agent_gym.tools.qwen3_coder import Qwen3CoderParser
 
 P = HermesParser()
 
@@ -173,6 +175,6 @@ def test_registry() -> None:
     parser = get_parser("hermes")
     assert isinstance(parser, HermesParser)
     assert isinstance(parser, ToolCallParser)
-    assert PARSERS == {"hermes": HermesParser}
-    with pytest.raises(ValueError, match=r"^unknown tool-call format 'xml'; known: hermes$"):
+    assert PARSERS == {"hermes": HermesParser, "qwen3_coder": Qwen3CoderParser, "pythonic": PythonicParser}
+    with pytest.raises(ValueError, match=r"^unknown tool-call format 'xml'; known: hermes, pythonic, qwen3_coder$"):
         get_parser("xml")

@@ -31,6 +31,10 @@ TOOL_DEMONSTRATION: tuple[str, tuple[tuple[dict[str, Any], ...], ...], str] = (
 )
 
 
+#: The call the tool prompt shows, written in the env's tool-call format.
+EXAMPLE_CALL: dict[str, Any] = {"name": "calculate", "arguments": {"expression": "2 + 3 * 4"}}
+
+
 class GSM8KTaskSource:
     """The task and grading hooks of every GSM8K-based env: seeded draws from ``self.tasks`` (a
     ``TaskList`` of :class:`GSM8KTask`), lookup by id, custom tasks from ``{"question", "answer"}``,
@@ -108,9 +112,9 @@ class GSM8KEnv(GSM8KTaskSource, AgentEnv):
         self.prompts = PromptTemplates("agent_gym_gsm8k", prompt_dir)
 
     def initial_messages(self, task: GSM8KTask) -> list[dict[str, Any]]:
-        tools = [] if self.template.renders_tools else [t.schema() for t in self.tools]
+        variables = self.tool_prompt_variables(EXAMPLE_CALL) if self.tools else {"tools": []}
         return [
-            {"role": "system", "content": self.prompts.render(self._system_template, tools=tools)},
+            {"role": "system", "content": self.prompts.render(self._system_template, **variables)},
             {"role": "user", "content": self.prompts.render("gsm8k_user.j2", question=task.question)},
         ]
 
@@ -118,8 +122,8 @@ class GSM8KEnv(GSM8KTaskSource, AgentEnv):
 class GSM8KToolEnv(GSM8KEnv):
     """GSM8K with a calculator tool, multi-step (up to ``max_turns`` assistant turns, default 5).
 
-    Each assistant turn either calls ``calculate`` (hermes ``<tool_call>`` JSON; results come back as
-    ``tool`` messages) or answers without a tool call, which ends the episode. A tool call on the last
+    Each assistant turn either calls ``calculate`` (in the ``tool_format``, hermes ``<tool_call>`` JSON
+    by default; results come back as ``tool`` messages) or answers without a tool call, which ends the episode. A tool call on the last
     turn truncates the episode. Reward: the outcome only (as :class:`GSM8KEnv`); wrap with
     :class:`agent_gym.wrappers.RewardShaping` for opt-in format / tool-use bonuses.
     """
