@@ -59,9 +59,10 @@ class ArithmeticEnv(AgentEnv):
         return ArithmeticTask(str(task.get("id", "custom")), int(task.get("level", 0)), expression, answer)
 
     def initial_messages(self, task: ArithmeticTask) -> list[dict[str, Any]]:
-        tools = [] if self.template.renders_tools else [t.schema() for t in self.tools]
+        example = {"name": "calculate", "arguments": {"expression": "12 * 7"}}  # the call the prompt shows
+        variables = self.tool_prompt_variables(example) if self.tools else {"tools": []}
         return [
-            {"role": "system", "content": self.prompts.render("system.j2", tools=tools)},
+            {"role": "system", "content": self.prompts.render("system.j2", **variables)},
             {"role": "user", "content": self.prompts.render("user.j2", expression=task.expression)},
         ]
 

@@ -89,8 +89,9 @@ class CountdownEnv(AgentEnv):
         return task_from_mapping(task)
 
     def initial_messages(self, task: CountdownTask) -> list[dict[str, Any]]:
-        tools = [] if self.template.renders_tools else [t.schema() for t in self.tools]
-        messages = [{"role": "system", "content": self.prompts.render(self._system_template, tools=tools)}]
+        example = {"name": "calculate", "arguments": {"expression": "(6 + 4) * 3"}}  # the call the prompt shows
+        variables = self.tool_prompt_variables(example) if self.tools else {"tools": []}
+        messages = [{"role": "system", "content": self.prompts.render(self._system_template, **variables)}]
         if self.few_shot:
             for numbers, target, expression in DEMONSTRATIONS:
                 messages.append({"role": "user", "content": self._question(numbers, target)})

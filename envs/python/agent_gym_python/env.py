@@ -70,9 +70,9 @@ class GSM8KPythonEnv(GSM8KTaskSource, AgentEnv):
         return self.python.sandbox
 
     def initial_messages(self, task: GSM8KTask) -> list[dict[str, Any]]:
-        tools = [] if self.template.renders_tools else [t.schema() for t in self.tools]
+        example = {"name": "python", "arguments": {"code": "eggs = 16 - 3 - 4\nprint(eggs * 2)"}}  # shown in the prompt
         system = self.prompts.render(
-            "gsm8k_python_system.j2", tools=tools, stateful=self.python.stateful, timeout_s=f"{self.sandbox.config.timeout_s:g}"
+            "gsm8k_python_system.j2", **self.tool_prompt_variables(example), stateful=self.python.stateful, timeout_s=f"{self.sandbox.config.timeout_s:g}"
         )
         return [
             {"role": "system", "content": system},

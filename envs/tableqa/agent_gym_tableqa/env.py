@@ -104,9 +104,9 @@ class TableQAEnv(AgentEnv):
             {"name": t.name, "filename": t.filename, "rows": len(t.rows), "columns": [list(c) for c in t.columns], "head": t.head(3)}
             for t in task.tables
         ]
-        tools = [] if self.template.renders_tools else [t.schema() for t in self.tools]
+        example = {"name": "python", "arguments": {"code": "print(orders.groupby('region')['quantity'].sum())"}}
         system = self.prompts.render(
-            "tableqa_system.j2", tables=tables, tools=tools, stateful=self.python.stateful,
+            "tableqa_system.j2", tables=tables, **self.tool_prompt_variables(example), stateful=self.python.stateful,
             timeout_s=f"{self.sandbox.config.timeout_s:g}",
         )
         return [
