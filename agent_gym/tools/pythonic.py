@@ -239,11 +239,17 @@ class PythonicParser(BaseToolCallParser):
         base = "_s"
         while base in source:
             base += "_"
-        pieces, values, cursor = [], {}, start
-        for k, (s_start, s_end) in enumerate(scan.strings):
-            placeholder = f"{base}{k}"
-            values[placeholder] = _decode_string(text[s_start:s_end])
-            pieces += [text[cursor:s_start], f" {placeholder} "]
+        pieces: list[str] = []
+        values: dict[str, str] = {}
+        cursor = start
+        for s_start, s_end in scan.strings:
+            value = _decode_string(text[s_start:s_end])
+            if values and not text[cursor:s_start].strip():
+                values[placeholder] += value  # adjacent literals are one string, as in Python
+            else:
+                placeholder = f"{base}{len(values)}"
+                values[placeholder] = value
+                pieces += [text[cursor:s_start], f" {placeholder} "]
             cursor = s_end
         pieces.append(text[cursor : scan.end])
         code = "".join(pieces)
@@ -253,7 +259,8 @@ class PythonicParser(BaseToolCallParser):
         try:
             tree = ast.parse(code, mode="eval")
         except SyntaxError as exc:
-            raise _Malformed(f"invalid Python in the call list: {exc.msg}") from None
+            detail = "a number has too many digits" if "integer string conversion" in str(exc.msg) else exc.msg
+            raise _Malformed(f"invalid Python in the call list: {detail}") from None
         body = tree.body
         if not isinstance(body, ast.List):
             raise _Malformed("the call list must be a plain list of calls, like [name(arg=value)]")
@@ -303,7 +310,7 @@ class PythonicParser(BaseToolCallParser):
                     raise _Malformed(f"argument {arg!r} of {tool!r}: dict keys must be strings")
                 result[strings[key.id]] = self._literal(value, strings, tool, arg)
             return result
-        what = type(node).__name__
+        what = type(node.value).__name__ if isinstance(node, ast.Constant) else type(node).__name__
         raise _Malformed(
             f"argument {arg!r} of {tool!r} is not a literal value ({what}); use strings, numbers, True/False/None, lists and dicts"
         )
@@ -377,6 +384,8 @@ def _annotation(schema: Any) -> str:
         return " | ".join(dict.fromkeys(_annotation({**schema, "type": k}) for k in kind))
     if kind == "array" and isinstance(schema.get("items"), Mapping):
         return f"list[{_annotation(schema['items'])}]"
+    if kind == "object" and isinstance(schema.get("additionalProperties"), Mapping):
+        return f"dict[str, {_annotation(schema['additionalProperties'])}]"
     return _PY_TYPES.get(kind, "Any") if isinstance(kind, str) else "Any"
 
 
