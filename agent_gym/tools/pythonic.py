@@ -33,7 +33,6 @@ import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from agent_gym.tools.calculator import _NUMBER_BEFORE_KEYWORD_RE
 from agent_gym.tools.parsing import (
     BaseToolCallParser,
     ParsedResponse,
@@ -61,6 +60,13 @@ _SIMPLE_ESCAPES = {
     "\n": "", "\\": "\\", "'": "'", '"': '"', "a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v",
 }
 _JSON_NAMES = {"true": True, "false": False, "null": None}
+# A number literal directly followed by a keyword ("1if", "0x1for") makes CPython's tokenizer warn on
+# every parse; digits inside a name ("md5_for") are not a number.
+_NUMBER_BEFORE_KEYWORD = re.compile(
+    r"(?:(?<!\w)(?:0[xXoObB][0-9a-fA-F_]*|[0-9][0-9_]*(?:\.[0-9_]*)?(?:[eE][+-]?[0-9_]*)?[jJ]?)"
+    r"|\.[0-9][0-9_]*(?:[eE][+-]?[0-9_]*)?[jJ]?)"  # ".5" is a number even right after a name ("x.5")
+    r"(?=and|else|for|if|in|is|not|or)"
+)
 _SNIPPET = 40
 _PY_TYPES = {"string": "str", "integer": "int", "number": "float", "boolean": "bool", "null": "None", "object": "dict", "array": "list"}
 
@@ -253,7 +259,7 @@ class PythonicParser(BaseToolCallParser):
             cursor = s_end
         pieces.append(text[cursor : scan.end])
         code = "".join(pieces)
-        if _NUMBER_BEFORE_KEYWORD_RE.search(code):
+        if _NUMBER_BEFORE_KEYWORD.search(code):
             # CPython warns on "1if"-style text at every parse; it is never a valid call anyway.
             raise _Malformed("invalid Python in the call list: a number is directly followed by a word")
         try:

@@ -1,10 +1,12 @@
-"""Property-based tests: parsers and the calculator must survive any input."""
+"""Property-based tests: the parsers of every tool-call format and the calculator must survive any input."""
 
 from __future__ import annotations
 
 import json
+import keyword
 import math
 import operator
+import re
 import time
 import warnings
 from collections.abc import Callable
@@ -12,10 +14,18 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Union
 
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from agent_gym.tools import HermesParser, ToolCallError, evaluate_arithmetic
+from agent_gym.tools import (
+    HermesParser,
+    ParsedResponse,
+    PythonicParser,
+    Qwen3CoderParser,
+    ToolCallError,
+    evaluate_arithmetic,
+)
 from agent_gym.tools.calculator import CalculatorError
 
 P = HermesParser()
@@ -110,6 +120,186 @@ def test_format_calls_round_trip(specs: list[tuple[str, dict[str, Any]]], prefix
     assume("<tool_call>" not in prefix and "</tool_call>" not in prefix)
     text = prefix + "\n" + P.format_calls({"name": n, "arguments": a} for n, a in specs)
     parsed = P.parse(text)
+    assert parsed.errors == ()
+    assert [(c.name, c.arguments) for c in parsed.calls] == specs
+    assert parsed.content == prefix.strip()
+
+
+# ----------------------------------------------------------------- every tool-call format
+#
+# The same properties for every format: any text parses without raising or warning, every failure
+# is a "malformed" error quoting text it came from, and format_calls round-trips through parse.
+
+FORMAT_FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+TYPED_SCHEMA = {
+    "type": "function",
+    "function": {
+        "name": "f",
+        "description": "A tool with one argument of each JSON type.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "s": {"type": "string"},
+                "i": {"type": "integer"},
+                "n": {"type": "number"},
+                "b": {"type": "boolean"},
+                "o": {"type": "object"},
+                "a": {"type": "array"},
+                "u": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
+            },
+        },
+    },
+}
+FORMATS = {
+    "hermes": HermesParser([TYPED_SCHEMA]),
+    "qwen3_coder": Qwen3CoderParser([TYPED_SCHEMA]),
+    "pythonic": PythonicParser([TYPED_SCHEMA]),
+}
+CALL_LIST_START = re.compile(r"\[\s*[^\W\d][\w.]*\(")  # where pythonic sees a call list begin
+
+format_fragments = st.sampled_from(
+    [
+        "<tool_call>", "</tool_call>", "<function=", "<function=f>", "</function>", "<parameter=", "<parameter=s>",
+        "<parameter=i>", "</parameter>", ">", "<", "=", "\n", " ", "f", "calculate", "[", "]", "(", ")", "{", "}",
+        "[f(", "[calculate(", "s=", "i=", ", ", "'", '"', '"' * 3, "'" * 3, "\\", "\\x", "\\N{", "\\u12", "#", "r",
+        "b", 'f"', "1", "-2.5", "1if", "True", "null", "None", "x", "...", "**", "\x00", "\ud7ff", "\u00e9",
+        "\u2028", "[f(s='x')]",
+        "<tool_call>\n<function=f>\n<parameter=i>\n3\n</parameter>\n</function>\n</tool_call>",
+    ]
+)
+format_texts = st.lists(format_fragments | st.text(max_size=12), max_size=40).map("".join)
+
+
+def _check_format(parser: Any, text: str) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a parse that makes CPython warn would spam every rollout
+        parsed = parser.parse(text)
+    assert [c.id for c in parsed.calls] == [f"call_{i}" for i in range(len(parsed.calls))]
+    for call in parsed.calls:
+        assert isinstance(call.name, str) and call.name
+        assert isinstance(call.arguments, dict)
+        assert call.raw in text
+        json.dumps(call.arguments)  # what the env records in the assistant message's tool_calls
+    for error in parsed.errors:
+        assert isinstance(error, ToolCallError) and error.kind == "malformed" and error.message
+        assert error.raw in text
+    assert parsed.content == parsed.content.strip()
+    assert parsed.has_tool_calls == bool(parsed.calls or parsed.errors)
+    if parser.name in ("hermes", "qwen3_coder"):
+        assert len(parsed.calls) + len(parsed.errors) >= text.count("<tool_call>")
+    if parser.name == "pythonic" and not CALL_LIST_START.search(text):
+        assert parsed == ParsedResponse(content=text.strip())
+
+
+@pytest.mark.parametrize("name", sorted(FORMATS))
+@FORMAT_FUZZ
+@given(text=st.text() | format_texts)
+def test_every_format_survives_any_text(name: str, text: str) -> None:
+    _check_format(FORMATS[name], text)
+
+
+HOSTILE = {
+    "deep-json": "<tool_call>" + "[" * 100_000 + "</tool_call>",
+    "many-parameters": "<tool_call>\n<function=f>\n" + "<parameter=s>x</parameter>" * 20_000 + "</function></tool_call>",
+    "deep-object": "<tool_call><function=f><parameter=o>" + "{" * 100_000 + "</parameter></function></tool_call>",
+    "many-opening-tags": "<tool_call>" * 30_000,
+    "many-closing-tags": "</tool_call>" * 30_000,
+    "deep-list": "[f(" + "[" * 100_000 + ")]",
+    "deep-dict": "[f(o=" + "{'a': " * 50_000 + "1" + "}" * 50_000 + ")]",
+    "backslashes": "[f(s='" + "\\" * 100_001 + "')]",
+    "unclosed-calls": "[f(" * 30_000,
+    "unclosed-strings": "[f(s='" * 30_000,
+    "unclosed-triple-quote": "[f(s='''" + "x" * 1_000_000,
+    "many-lists": "[f(s=1)] " * 2_000,
+    "unicode-unterminated": "<tool_call><function=f><parameter=s>" + "\u00e9\u2028\U0001f600\x00" * 50_000,
+    "lone-surrogates": "\ud800[f(s='\udfff')]<tool_call>\ud800</tool_call>",
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+@pytest.mark.parametrize("name", sorted(FORMATS))
+def test_every_format_survives_hostile_input(name: str, case: str) -> None:
+    _check_format(FORMATS[name], HOSTILE[case])
+
+
+def test_hostile_inputs_give_the_expected_errors() -> None:
+    q, p = FORMATS["qwen3_coder"], FORMATS["pythonic"]
+    assert len(q.parse("<tool_call>" * 1_000).errors) == 1_000
+    huge = q.parse("<tool_call><function=f><parameter=s>" + "x" * 1_000_000 + "</parameter></function></tool_call>")
+    assert len(huge.calls[0].arguments["s"]) == 1_000_000
+    assert [e.message for e in p.parse("[f(" + "[" * 100_000).errors] == ["unterminated call list (missing ])"]
+    assert [e.message for e in p.parse("[f(" + "[" * 100_000 + ")]").errors] == [
+        "invalid Python in the call list: too many nested parentheses"  # the ")" closes no "[": the list ends there
+    ]
+    assert [e.message for e in p.parse("[f(s=" + "(" * 300 + "1" + ")" * 300 + ")]").errors] == [
+        "invalid Python in the call list: too many nested parentheses"
+    ]
+    many = p.parse("[f(s=1)] " * 2_000)
+    assert len(many.calls) == 2_000 and many.errors == ()
+
+
+identifiers = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,8}", fullmatch=True).filter(lambda n: not keyword.iskeyword(n))
+finite_json = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**30), 10**30)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=12,
+)
+
+
+@FORMAT_FUZZ
+@given(
+    st.lists(st.tuples(identifiers, st.dictionaries(identifiers, finite_json, max_size=4)), max_size=4),
+    st.text(max_size=30),
+)
+def test_pythonic_format_calls_round_trip(specs: list[tuple[str, dict[str, Any]]], prefix: str) -> None:
+    assume(not CALL_LIST_START.search(prefix))
+    parser = FORMATS["pythonic"]
+    text = prefix + "\n" + parser.format_calls({"name": n, "arguments": a} for n, a in specs)
+    parsed = parser.parse(text)
+    assert parsed.errors == ()
+    assert [(c.name, c.arguments) for c in parsed.calls] == specs
+    assert parsed.content == prefix.strip()
+
+
+QWEN_UNWRITABLE = ("</parameter>", "<tool_call>", "</tool_call>")
+qwen_texts = st.text().filter(lambda v: not any(t in v for t in QWEN_UNWRITABLE))
+qwen_names = st.text(
+    st.characters(blacklist_characters="<>\n", blacklist_categories=("Cs",)), min_size=1, max_size=10
+).filter(lambda n: n == n.strip() and n != "f")
+typed_arguments = st.fixed_dictionaries(
+    {},
+    optional={
+        "s": qwen_texts,
+        "i": st.integers(-(10**30), 10**30),
+        "n": st.floats(allow_nan=False, allow_infinity=False),
+        "b": st.booleans(),
+        "o": st.dictionaries(st.text(max_size=8), finite_json, max_size=3),
+        "a": st.lists(finite_json, max_size=3),
+        "u": st.none() | st.integers(),
+    },
+)
+
+
+@FORMAT_FUZZ
+@given(
+    st.lists(typed_arguments, max_size=3),
+    st.lists(st.tuples(qwen_names, st.dictionaries(qwen_names, qwen_texts, max_size=3)), max_size=3),
+    st.text(max_size=30),
+)
+def test_qwen3_coder_format_calls_round_trip(
+    typed: list[dict[str, Any]], untyped: list[tuple[str, dict[str, str]]], prefix: str
+) -> None:
+    # Values of tool f are typed by its schema; other (unknown) tools' values stay text.
+    assume("<tool_call>" not in prefix and "</tool_call>" not in prefix)
+    specs = [("f", a) for a in typed] + untyped
+    parser = FORMATS["qwen3_coder"]
+    text = prefix + "\n" + parser.format_calls({"name": n, "arguments": a} for n, a in specs)
+    parsed = parser.parse(text)
     assert parsed.errors == ()
     assert [(c.name, c.arguments) for c in parsed.calls] == specs
     assert parsed.content == prefix.strip()
