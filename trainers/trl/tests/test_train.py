@@ -1,0 +1,149 @@
+"""Two GRPO training steps with the real trl on CPU, through EnvRollout: a single-turn env with TRL's own
+generation, a multi-turn tool env with a policy that surely calls the tool, and the same tool env with TRL's
+generation from the tool-using default model.
+
+What TRL consumed is read back from the trainer itself (the batch _generate_and_score_completions returns,
+the per-sample rewards it logged), and checked against the env: the completion is the env's context token
+for token, the env mask is 0 exactly on the env's ids, the reward is the episode's return, and the
+advantages are computed from it.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from _trl_support import CalculatorPolicy, expected_sample, grpo_args
+
+from agent_gym_trl import EnvRollout, env_dataset, env_reward
+
+
+def recording_trainer(model, *, tokenizer, dataset, rollout, args):
+    from trl import GRPOTrainer
+
+    class RecordingTrainer(GRPOTrainer):
+        """GRPOTrainer that keeps each generation batch as TRL built it (nothing else changed)."""
+
+        records: list = []
+
+        def _generate_and_score_completions(self, inputs):
+            batch = super()._generate_and_score_completions(inputs)
+            trajectories = list(self.rollout_func.last_trajectories)
+            rewards = list(self._logs["rewards"]["env_reward"])[-len(trajectories) :]
+            self.records.append({"batch": batch, "trajectories": trajectories, "rewards": rewards})
+            return batch
+
+    RecordingTrainer.records = []
+    return RecordingTrainer(
+        model=model, reward_funcs=env_reward, args=args, train_dataset=dataset, processing_class=tokenizer, rollout_func=rollout
+    )
+
+
+def unpadded(row, mask):
+    return row[mask.bool()].tolist()
+
+
+def check_batches(trainer, contexts, *, num_generations, budget):
+    """Every generation batch TRL trained on against the episodes the env played."""
+    assert trainer.records, "the trainer generated nothing"
+    for record in trainer.records:
+        batch, trajectories = record["batch"], record["trajectories"]
+        assert batch["completion_ids"].shape[0] == len(trajectories)
+        for k, t in enumerate(trajectories):
+            prompt, completion, mask = expected_sample(t)
+            context = contexts[t.id]
+            completion, mask = completion[:budget], mask[:budget]
+            # What TRL holds: prompt (left padded) and completion (right padded) ids, its tool mask.
+            assert unpadded(batch["prompt_ids"][k], batch["prompt_mask"][k]) == prompt
+            completion_mask = batch["completion_mask"][k]
+            assert unpadded(batch["completion_ids"][k], completion_mask) == completion
+            assert unpadded(batch["tool_mask"][k], completion_mask) == mask
+            # Token for token the env's context (cut at the budget when the env's last reply ran past it).
+            assert prompt + completion == context[: len(prompt) + len(completion)]
+            assert len(prompt + completion) == min(len(context), len(prompt) + budget)
+        rewards = torch.tensor(record["rewards"])
+        assert record["rewards"] == [t.return_ for t in trajectories]
+        groups = rewards.view(-1, num_generations)
+        expected = (groups - groups.mean(1, keepdim=True)) / (groups.std(1, keepdim=True) + 1e-4)
+        torch.testing.assert_close(batch["advantages"].cpu(), expected.flatten())
+
+
+def env_metrics(trainer, step):
+    [entry] = [e for e in trainer.state.log_history if e.get("step") == step and "env/turns" in e]
+    return entry
+
+
+def run(tmp_path, tokenizer, *, model_name, env_id, env_kwargs, policy=None, n=4, **args):
+    from agent_gym.models import load_causal_lm
+
+    contexts = {}
+    rollout = EnvRollout(policy=policy, on_episode=lambda t, env: contexts.setdefault(t.id, list(env.unwrapped.context.ids)))
+    dataset = env_dataset(env_id, n=n, env_kwargs=env_kwargs, tokenizer=tokenizer)
+    model = load_causal_lm(model_name)
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    config = grpo_args(tmp_path, **args)
+    trainer = recording_trainer(model, tokenizer=tokenizer, dataset=dataset, rollout=rollout, args=config)
+    trainer.train()
+    assert trainer.state.global_step == 2 and len(trainer.records) == 2
+    check_batches(trainer, contexts, num_generations=config.num_generations, budget=config.max_completion_length)
+    for step, record in zip((1, 2), trainer.records):
+        logged = env_metrics(trainer, step)
+        trajectories = record["trajectories"]
+        assert logged["env/return"] == pytest.approx(sum(t.return_ for t in trajectories) / len(trajectories))
+        assert logged["rewards/env_reward/mean"] == pytest.approx(logged["env/return"])
+        assert logged["env/turns"] == pytest.approx(sum(len(t.steps) for t in trajectories) / len(trajectories))
+        assert logged["env/tool_calls"] == pytest.approx(
+            sum(t.final_info.get("tool_calls", 0) for t in trajectories) / len(trajectories)
+        )
+    changed = any(not torch.equal(before[name], p.detach()) for name, p in model.named_parameters())
+    return trainer, changed
+
+
+def test_two_steps_on_a_single_turn_env_with_trls_generation(tmp_path, tokenizer):
+    trainer, _ = run(
+        tmp_path, tokenizer, model_name="smollm2-135m-instruct", env_id="AgentR1/Arithmetic-v0", env_kwargs={"level": 1}
+    )
+    for record in trainer.records:
+        for t in record["trajectories"]:
+            assert len(t.steps) == 1 and t.metadata["truncated_reason"] is None
+            assert t.return_ == (1.0 if t.final_info["correct"] else 0.0)
+    for record in trainer.records:  # one action, no env ids
+        assert bool((record["batch"]["tool_mask"] == 1).all())
+
+
+def test_two_steps_on_a_multi_turn_tool_env_with_a_scripted_tool_user(tmp_path, tokenizer):
+    policy = CalculatorPolicy(tokenizer)
+    trainer, changed = run(
+        tmp_path,
+        tokenizer,
+        model_name="smollm2-135m-instruct",
+        env_id="AgentR1/ArithmeticTool-v0",
+        env_kwargs={"level": 1, "few_shot": True},
+        policy=policy,
+        max_completion_length=96,
+    )
+    for record in trainer.records:
+        trajectories = record["trajectories"]
+        assert [len(t.steps) for t in trajectories] == [2] * 4  # a tool call, then the answer
+        assert [t.final_info["tool_calls"] for t in trajectories] == [1] * 4
+        assert record["rewards"] == [1.0, 0.0, 1.0, 0.0]  # each group: one right, one wrong
+        env_ids = (record["batch"]["tool_mask"] == 0) & (record["batch"]["completion_mask"] == 1)
+        assert int(env_ids.sum(1).min()) > 0  # every sample holds the calculator's reply, masked
+        assert env_metrics(trainer, 1)["env/correct"] == 0.5
+    assert policy.calls == 4  # two rounds (call, answer) per step, every episode in each
+    assert changed  # the advantages were not all zero: the weights moved
+
+
+def test_two_steps_on_a_multi_turn_tool_env_with_trls_generation(tmp_path, tokenizer):
+    # The default model (the project's tool-use warm start) calls the calculator in most episodes.
+    trainer, _ = run(
+        tmp_path,
+        tokenizer,
+        model_name=None,
+        env_id="AgentR1/ArithmeticTool-v0",
+        env_kwargs={"level": 1, "few_shot": True},
+        n=2,
+        per_device_train_batch_size=2,
+        max_completion_length=64,
+    )
+    trajectories = [t for record in trainer.records for t in record["trajectories"]]
+    assert any(t.final_info.get("tool_calls") for t in trajectories), "no episode called the tool"
