@@ -10,10 +10,12 @@ Two loops are registered (and listed in :data:`agent_gym_verl.AGENT_LOOP_CONFIG`
     its context (``info["new_segment"]``) cannot be concatenated: that raises :class:`ConcatModeError`.
 
 ``agent_gym_step`` (step mode, :class:`AgentGymStepAgentLoop`)
-    One sample per env step: prompt = that step's ``prompt_ids``, response = that step's action.
-    verl (0.7 and 0.9 alike) post-processes exactly one output per dataset row, so the loop returns
-    the trajectory's first step as the row and carries every step in ``extra_fields["agent_gym_steps"]``;
-    :mod:`agent_gym_verl.trainer` expands the rows into step samples right after rollout, and
+    Step-level advantages; one sample per segment (a run of steps in which the env only appended; an
+    append-only episode is one sample) or, with ``agent_gym.samples=step``, one per env step
+    (:func:`step_samples`). verl (0.7 and 0.9 alike) post-processes exactly one output per dataset row,
+    so the loop returns the trajectory's first step as the row and carries the samples in
+    ``extra_fields["agent_gym_steps"]``; :mod:`agent_gym_verl.trainer` expands the rows into them right
+    after rollout, and
     :mod:`agent_gym_verl.step_advantage` computes trajectory-aware advantages. Needs that trainer
     (``python -m agent_gym_verl.main_ppo``); validation works on the un-expanded rows (one per
     trajectory, reward = the episode's return).
@@ -21,9 +23,10 @@ Two loops are registered (and listed in :data:`agent_gym_verl.AGENT_LOOP_CONFIG`
 Each dataset row names its env and task: ``extra_info.env_id`` (or a top-level ``env_id`` column),
 ``extra_info.task_id``, and ``extra_info.env_kwargs`` (a JSON string or a dict). The loop makes the env
 with the tokenizer verl hands it (``gym.make(env_id, tokenizer=self.tokenizer, **env_kwargs)``), keeps
-finished envs in a per-worker pool for reuse, resets on the row's task, asks verl's server manager for
-tokens, and steps the env with ``await env.astep(ids)`` so that waiting tools never block the event loop
-that all of a worker's trajectories share. The env's return becomes ``reward_score``: no reward
+finished envs in a per-worker pool for reuse, and plays the episode with the episode engine
+(:func:`agent_gym.rollout.episode.play_episode`): tokens from verl's server manager, the env stepped with
+``await env.astep(ids)`` so that waiting tools never block the event loop that all of a worker's
+trajectories share. The env's return becomes ``reward_score``: no reward
 function is needed.
 """
 
