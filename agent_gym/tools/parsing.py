@@ -48,7 +48,8 @@ class ToolCall:
         id: Deterministic id within the turn (``call_0``, ``call_1``, ...).
         name: Name of the tool to call (not yet checked against any registry).
         arguments: Decoded JSON arguments (always a dict).
-        raw: The exact text of the call, including its delimiters.
+        raw: The exact text of the call, including its delimiters (``pythonic``: the whole list
+            the call was written in).
     """
 
     id: str

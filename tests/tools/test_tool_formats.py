@@ -288,6 +288,14 @@ def test_pythonic_brackets_in_strings_and_comments_do_not_end_the_list() -> None
     assert parsed.content == "end"
 
 
+def test_pythonic_names_with_digits_before_keyword_letters_are_names() -> None:
+    # "5_for" in "md5_for" is no number followed by a keyword (which CPython would warn about).
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        parsed = P.parse("[md5_for(text='a'), sha1in(x=1)]")
+    assert _calls(parsed) == [("call_0", "md5_for", {"text": "a"}), ("call_1", "sha1in", {"x": 1})]
+
+
 def test_pythonic_plain_text_and_lists_are_not_calls() -> None:
     text = "Lists like [1, 2] and [x for x in y], calls like f(x=1) and [ (a) ] are prose."
     assert P.parse(text) == ParsedResponse(content=text)

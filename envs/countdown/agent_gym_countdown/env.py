@@ -128,8 +128,8 @@ class CountdownEnv(AgentEnv):
 class CountdownToolEnv(CountdownEnv):
     """Countdown with a ``calculate`` tool, up to ``max_turns`` assistant turns (default 6).
 
-    Each turn either calls the tool (hermes ``<tool_call>`` JSON; the result comes back as a ``tool``
-    message) or answers without a tool call, which ends the episode and is graded as
+    Each turn either calls the tool (in the ``tool_format``, hermes ``<tool_call>`` JSON by default;
+    the result comes back as a ``tool`` message) or answers without a tool call, which ends the episode and is graded as
     :class:`CountdownEnv`. A tool call on the last turn truncates the episode (reward 0). The
     calculator only does arithmetic (floating point, like any calculator); it never tells whether
     an expression is a valid answer. ``few_shot`` is off by default here (the worked examples

@@ -21,8 +21,8 @@ __all__ = ["GSM8KPythonEnv"]
 class GSM8KPythonEnv(GSM8KTaskSource, AgentEnv):
     """GSM8K with a ``python(code)`` tool running in :mod:`agent_gym.sandbox` (tool-integrated reasoning).
 
-    Each assistant turn either calls ``python`` (hermes ``<tool_call>`` JSON; the output, a traceback or
-    the limit that was hit comes back as a ``tool`` message) or answers without a tool call, which ends
+    Each assistant turn either calls ``python`` (in the ``tool_format``, hermes ``<tool_call>`` JSON by
+    default; the output, a traceback or the limit that was hit comes back as a ``tool`` message) or answers without a tool call, which ends
     the episode. A tool call on the last turn truncates it. Reward: the outcome only, 1.0 when the
     number after the last ``####`` equals the reference (GSM8K's normalisation:
     :func:`agent_gym_gsm8k.reward.score_answer`); ``info["answer_check"]`` says why.
