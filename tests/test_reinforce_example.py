@@ -1,0 +1,83 @@
+"""examples/reinforce.py: its options, and one real REINFORCE iteration with SmolLM2-135M-Instruct on CPU."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import math
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "reinforce.py"
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("reinforce_example", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+reinforce = _load()
+
+
+def test_help_explains_every_option(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        reinforce.parse_args(["--help"])
+    assert exit_.value.code == 0
+    text = capsys.readouterr().out
+    for option in ["--iterations", "--group", "--prompts", "--lr", "--max-new-tokens", "--seed", "--csv", "--png",
+                   "--eval-every", "--eval-tasks", "--env-id", "--env-kwarg", "--model", "--threads"]:
+        assert option in text
+
+
+def test_env_kwargs_are_json_values_and_level_1_is_the_arithmetic_default() -> None:
+    assert reinforce.parse_args([]).kwargs == {"level": 1}
+    args = reinforce.parse_args(["--env-kwarg", "level=3", "--env-kwarg", "split=train", "--env-kwarg", "few_shot=true"])
+    assert args.kwargs == {"level": 3, "split": "train", "few_shot": True}
+    assert reinforce.parse_args(["--env-id", "AgentR1/Countdown-v0"]).kwargs == {}
+
+
+def test_a_malformed_env_kwarg_is_a_usage_error(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        reinforce.parse_args(["--env-kwarg", "level"])
+    assert exit_.value.code == 2
+    assert "--env-kwarg wants KEY=VALUE, got 'level'" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_one_iteration_writes_the_csv_and_steps_the_model(tmp_path) -> None:
+    import torch
+    from agent_gym.models import load_causal_lm
+
+    # Seed 3: of this group of 4 short samples on 'train-L1-...' some are right and some wrong, so the
+    # advantages are not all zero and the step must move the weights.
+    out = tmp_path / "r.csv"
+    argv = ["--iterations", "1", "--prompts", "1", "--group", "4", "--max-new-tokens", "16", "--seed", "3",
+            "--eval-tasks", "2", "--csv", str(out), "--png", str(tmp_path / "r.png")]
+    before = {k: v.clone() for k, v in load_causal_lm("smollm2-135m-instruct").state_dict().items()}
+    model, rows = reinforce.main(argv)
+
+    with open(out, newline="") as fh:
+        table = list(csv.DictReader(fh))
+    assert list(table[0]) == reinforce.COLUMNS
+    assert [r["iteration"] for r in table] == ["0", "1"]
+    assert table[0]["mean_reward"] == "" and table[0]["greedy_accuracy"] != ""  # the eval before training
+    step = table[1]
+    assert 0.0 <= float(step["mean_reward"]) <= 1.0 and math.isfinite(float(step["loss"]))
+    assert int(step["tokens"]) >= 4 and step["greedy_accuracy"] != ""  # the last iteration is evaluated
+    assert (tmp_path / "r.png").stat().st_size > 0
+
+    after = model.state_dict()
+    changed = [k for k in before if not torch.equal(before[k], after[k])]
+    mixed = 0.0 < rows[1]["mean_reward"] < 1.0  # one group: mixed rewards <=> a nonzero advantage
+    if mixed:
+        assert len(changed) > 0.9 * len(before)
+        assert rows[1]["loss"] != 0.0
+    else:  # every advantage is zero: no gradient, and AdamW without weight decay leaves the weights alone
+        assert changed == [] and rows[1]["loss"] == 0.0
