@@ -31,6 +31,7 @@ subcommands:
   new-env       write a new env package (pyproject, env class, template, test) that passes its tests
   export-verl   write an env's tasks as verl parquet (needs the verl adapter, trainers/verl)
   export-model  write the embedded model as a Hugging Face folder, for vLLM and verl
+  serve         serve an env over OpenEnv: many episodes per server (needs trainers/openenv)
 
 examples:
   agent-gym list
@@ -40,6 +41,7 @@ examples:
   agent-gym eval AgentR1/Countdown-v0 --env-kwarg difficulty=easy --episodes 32
   agent-gym new-env my-task --dest envs
   agent-gym export-model --out ~/models/smollm2-135m-instruct
+  agent-gym serve AgentR1/GSM8KTool-v0 --port 8000
 
 Run `agent-gym COMMAND --help` for the options of a command."""
 
@@ -72,6 +74,19 @@ examples:
   agent-gym eval AgentR1/GSM8K-v0 --episodes 100 --batch-size 16 --max-new-tokens 256
   agent-gym eval AgentR1/GSM8KTool-v0 --model ./my-checkpoint --temperature 0.7 --out runs/ckpt.jsonl
   agent-gym eval AgentR1/GSM8KTool-v0 --data-dir ~/data/gsm8k --json --no-progress"""
+
+_SERVE_EPILOG = """\
+Serves ID over OpenEnv's protocol (openenv-core), for any OpenEnv client (TRL, SkyRL, torchrl, ART,
+agent_gym_openenv.RemoteEnv): one websocket at /ws is one session with its own env, up to
+--max-sessions at a time; a client that disconnects has its env closed. Observations carry
+prompt_ids, messages and tools; actions are the generated token_ids (or text). The tokenizer is loaded
+once per server. Prints one line with the address once it listens (--port 0: a free port). Needs the
+OpenEnv adapter: pip install -e trainers/openenv. More: docs/openenv.md.
+
+examples:
+  agent-gym serve AgentR1/GSM8KTool-v0
+  agent-gym serve AgentR1/Countdown-v0 --env-kwarg difficulty=easy --host 0.0.0.0 --port 8001
+  agent-gym serve AgentR1/GSM8KTool-v0 --tokenizer ~/models/Qwen3-4B --max-sessions 512"""
 
 
 class UsageError(Exception):
@@ -184,6 +199,19 @@ def build_parser() -> argparse.ArgumentParser:
     from agent_gym.cli.export_model import add_parser as add_export_model_parser
 
     add_export_model_parser(sub, formatter)
+
+    p = sub.add_parser(
+        "serve", help="serve an env over OpenEnv (needs trainers/openenv)",
+        description="Serve an env over OpenEnv: many concurrent episodes, each in its own session and env.",
+        epilog=_SERVE_EPILOG, formatter_class=formatter,
+    )
+    _add_env_options(p)
+    p.set_defaults(split="train")  # a server usually feeds a trainer
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on; 0.0.0.0 for other machines (default: %(default)s)")
+    p.add_argument("--port", type=int, default=8000, help="TCP port; 0 picks a free one (default: %(default)s)")
+    p.add_argument("--tokenizer", default=None, help="HF tokenizer folder or hub name (the policy's); default: the default model's")
+    p.add_argument("--max-sessions", type=positive_int, default=256, help="sessions (episodes in flight) at a time (default: %(default)s)")
+    p.set_defaults(func=_cmd_serve)
     return parser
 
 
@@ -219,6 +247,18 @@ def _export_verl(argv: list[str]) -> int:
         )
         return 2
     return int(export_main(argv))
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        from agent_gym_openenv.server import serve
+    except ImportError as exc:
+        raise UsageError(f"serve needs the OpenEnv adapter: pip install -e trainers/openenv ({exc})") from None
+    env_id = _resolve_env_id(args.env_id)
+    kwargs = _env_kwargs(args)
+    _user_errors(lambda: serve(env_id, host=args.host, port=args.port, env_kwargs=kwargs, tokenizer=args.tokenizer,
+                               max_sessions=args.max_sessions))
+    return 0
 
 
 # -- shared helpers -----------------------------------------------------------------------------------
