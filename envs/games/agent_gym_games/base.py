@@ -295,7 +295,10 @@ class GameEnv(AgentEnv):
 
     def _append_fits(self, turn: Turn, message: dict[str, Any]) -> bool:
         assert self.context is not None
-        suffix = self.template.turn_suffix([message], list(turn.ids))
+        # The real history (with this turn's assistant message): a history-dependent template writes
+        # its suffix after it, and the length must be the one the context will get.
+        history = [*self.context.messages, *self.template.template_messages([self._assistant_message(turn)])]
+        suffix = self.template.turn_suffix([message], list(turn.ids), history=history, tools=self.context.tools)
         return len(self.context) + len(turn.ids) + len(suffix) <= self.max_context_tokens
 
     def _tokens(self, messages: list[dict[str, Any]]) -> int:
