@@ -52,8 +52,8 @@ from agent_gym_trl.dataset import Route, route_of
 
 __all__ = ["EnvRollout", "env_reward", "TESTED_TRL"]
 
-#: The TRL releases this adapter is tested with (``pip install "trl>=1.14,<1.17"``).
-TESTED_TRL = (">=1.14", "<1.17")
+#: The TRL releases this adapter is tested with (1.14.2 and 1.16.0; 1.15.0 fails on CPU-only torch).
+TESTED_TRL = ">=1.14,!=1.15.0,<1.17"
 
 #: The counters of an episode's last ``info`` that are logged (``env/<name>``, mean per episode).
 COUNTERS = ("turn", "tool_calls", "tool_errors", "format_errors")
@@ -140,6 +140,7 @@ class EnvRollout:
 
         routes = [route_of(p) for p in prompts]
         if self._tokenizer is None:
+            _check_trl_version()
             self._tokenizer = self._resolve_tokenizer(trainer)
         budget = self.max_completion_tokens or getattr(trainer, "max_completion_length", None)
         if not budget:
@@ -312,6 +313,19 @@ def _episode_metrics(trajectories: list[Trajectory], samples: list[Any]) -> dict
     return out
 
 
+def _check_trl_version() -> None:
+    try:
+        from importlib.metadata import version
+
+        from packaging.specifiers import SpecifierSet
+
+        installed = version("trl")
+    except Exception:  # noqa: BLE001 - no metadata (a source tree): nothing to compare
+        return
+    if installed not in SpecifierSet(TESTED_TRL):
+        warnings.warn(f"agent-r1-gym-trl is tested with trl{TESTED_TRL}; trl {installed} is installed", stacklevel=3)
+
+
 def _cut(generation: Generation, stop_ids: set[int], limit: int) -> Generation:
     """``generation`` up to and including its first stop id, and at most ``limit`` ids."""
     ids = list(generation.ids)
@@ -350,7 +364,7 @@ class _TRLBackend(_Backend):
 
             raise RuntimeError(
                 f"trl {trl.__version__}'s GRPOTrainer has no _generate_single_turn(..., num_generations): "
-                f"agent-r1-gym-trl needs trl{','.join(TESTED_TRL)}"
+                f"agent-r1-gym-trl needs trl{TESTED_TRL}"
             )
         self.trainer = trainer
         self._generate = method

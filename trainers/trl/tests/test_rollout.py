@@ -158,3 +158,13 @@ def test_collective_rounds_pad_and_outlive_the_local_episodes():
     # Round 1: both episodes + one dummy; round 2: the longer one + two dummies; round 3 (the peer's last):
     # only dummies; then every process is done.
     assert backend.batches == [[[11, 0], [12, 0], [11]], [[11, 1], [11], [11]], [[11], [11]]]
+
+
+def test_the_tested_range_is_the_declared_one():
+    import tomllib
+    from pathlib import Path
+
+    from agent_gym_trl import TESTED_TRL
+
+    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
+    assert f"trl{TESTED_TRL}" in project["dependencies"]

@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""Train any registered env with TRL's GRPOTrainer through the agent-r1-gym TRL adapter.
+
+    pip install -e trainers/trl                       # trl 1.14.2 / 1.16.x, datasets
+    python examples/train_trl.py AgentR1/Arithmetic-v0 --env-kwarg level=1          # CPU, laptop sizes
+    python examples/train_trl.py AgentR1/ArithmeticTool-v0 --env-kwarg few_shot=true --steps 20
+    python examples/train_trl.py AgentR1/GSM8KTool-v0 --split train --model ~/models/qwen3-4b \\
+        --use-vllm --vllm-mode colocate --bf16 --batch-size 32 --num-generations 8 --max-completion-length 1024
+
+Episodes are played by agent_gym_trl.EnvRollout (multi-turn, token in / token out: the env's prompt ids go
+to TRL's generation backend, the generated ids go back to the env, nothing is re-tokenized), the reward is
+the env's return (agent_gym_trl.env_reward), the rows come from the env's own task source
+(agent_gym_trl.env_dataset). Each logged step prints one line: reward, correctness, turns, tool calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+
+def _env_kwarg(text: str) -> tuple[str, object]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        return key, json.loads(value)  # level=1 -> 1, few_shot=true -> True, difficulty=easy -> "easy"
+    except json.JSONDecodeError:
+        return key, value
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description="GRPO on any agent-r1-gym env with TRL (multi-turn, token in / token out).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("env_id", help="a registered env id, e.g. AgentR1/Arithmetic-v0 (`agent-gym list` shows them)")
+    p.add_argument("--env-kwarg", action="append", type=_env_kwarg, default=[], metavar="KEY=VALUE",
+                   help="an env constructor argument (JSON value), repeatable: level=1, few_shot=true")
+    p.add_argument("--split", default=None, help="the env's split (GSM8K: train/test); default: the env's default")
+    p.add_argument("--rows", type=int, default=512,
+                   help="dataset rows: the first N tasks of a finite source, seeds 0..N-1 of a generated one; 0: all tasks")
+    p.add_argument("--model", default="smollm2-135m-instruct",
+                   help="a built-in name (smollm2-135m-instruct, smollm2-135m-tool), a Hugging Face folder, or a hub name")
+    p.add_argument("--output-dir", default="runs/trl", help="TRL's output folder (the final model is saved there with --save)")
+    p.add_argument("--steps", type=int, default=10, help="optimizer steps")
+    p.add_argument("--batch-size", type=int, default=8, help="completions per device per step (per_device_train_batch_size)")
+    p.add_argument("--num-generations", type=int, default=4, help="episodes per task (the GRPO group)")
+    p.add_argument("--max-completion-length", type=int, default=128,
+                   help="ids per episode after the first prompt: every turn and env reply together; also a turn's limit")
+    p.add_argument("--lr", type=float, default=1e-5, help="learning rate")
+    p.add_argument("--beta", type=float, default=0.0, help="KL coefficient (0: no reference model)")
+    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
+    p.add_argument("--grad-accum", type=int, default=1, help="gradient accumulation steps")
+    p.add_argument("--logging-steps", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--bf16", action="store_true", help="train in bfloat16 (GPU)")
+    p.add_argument("--gradient-checkpointing", action="store_true", help="trade compute for memory (large models)")
+    p.add_argument("--use-vllm", action="store_true", help="generate with vLLM (GPU; pip install 'trl[vllm]')")
+    p.add_argument("--vllm-mode", choices=["colocate", "server"], default="colocate",
+                   help="colocate: vLLM inside the training process; server: a separate `trl vllm-serve --model M`")
+    p.add_argument("--vllm-server-base-url", default=None, help="server mode: the server's URL (default host:port 0.0.0.0:8000)")
+    p.add_argument("--vllm-gpu-memory-utilization", type=float, default=0.3, help="colocate mode: vLLM's share of GPU memory")
+    p.add_argument("--trajectories", default=None, metavar="PATH.jsonl",
+                   help="append every episode (ids, log-probs, rewards, info) to this JSONL file")
+    p.add_argument("--report-to", default="none", help="TRL/transformers loggers: none, tensorboard, wandb, trackio")
+    p.add_argument("--save", action="store_true", help="save the trained model to --output-dir at the end")
+    args = p.parse_args(argv)
+    if args.batch_size % args.num_generations:
+        p.error(f"--batch-size ({args.batch_size}) must be a multiple of --num-generations ({args.num_generations})")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from agent_gym.cpu import configure_cpu_threads
+
+    configure_cpu_threads()  # before torch loads: one thread per core, OpenMP waits sleep on a busy machine
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+    import torch
+    from transformers import TrainerCallback
+    from transformers.trainer_callback import PrinterCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from agent_gym.models import load_causal_lm, load_tokenizer
+    from agent_gym.trajectory import TrajectoryWriter
+    from agent_gym_trl import EnvRollout, env_dataset, env_reward
+
+    gpu = torch.cuda.is_available()
+    if (args.use_vllm or args.bf16) and not gpu:
+        print("--use-vllm and --bf16 need a CUDA GPU", file=sys.stderr)
+        return 2
+    started = time.perf_counter()
+    tokenizer = load_tokenizer(args.model)
+    model = load_causal_lm(args.model, dtype=torch.bfloat16 if args.bf16 else torch.float32)
+    env_kwargs = dict(args.env_kwarg)
+    dataset = env_dataset(args.env_id, args.rows or None, split=args.split, env_kwargs=env_kwargs, tokenizer=tokenizer)
+    writer = TrajectoryWriter(args.trajectories) if args.trajectories else None
+    rollout = EnvRollout(on_episode=(lambda t, env: writer.write(t)) if writer else None)
+    config = GRPOConfig(
+        output_dir=args.output_dir,
+        use_cpu=not gpu,
+        bf16=args.bf16,
+        per_device_train_batch_size=args.batch_size,
+        num_generations=args.num_generations,
+        max_completion_length=args.max_completion_length,
+        gradient_accumulation_steps=args.grad_accum,
+        max_steps=args.steps,
+        learning_rate=args.lr,
+        beta=args.beta,
+        temperature=args.temperature,
+        logging_steps=args.logging_steps,
+        gradient_checkpointing=args.gradient_checkpointing,
+        save_strategy="no",
+        report_to=args.report_to,
+        disable_tqdm=True,
+        seed=args.seed,
+        use_vllm=args.use_vllm,
+        vllm_mode=args.vllm_mode,
+        vllm_server_base_url=args.vllm_server_base_url,
+        vllm_gpu_memory_utilization=args.vllm_gpu_memory_utilization,
+    )
+
+    class PrintSteps(TrainerCallback):
+        def on_log(self, _args, state, _control, logs=None, **kwargs):
+            if logs and "env/return" in logs:
+                print(
+                    f"step {state.global_step:4d}  reward {logs['reward']:.3f}  correct {logs['env/correct']:.3f}  "
+                    f"turns {logs['env/turns']:.2f}  tool calls {logs['env/tool_calls']:.2f}  "
+                    f"tool errors {logs['env/tool_errors']:.2f}  policy ids {logs['completions/mean_length']:.1f}  "
+                    f"{time.perf_counter() - started:.0f} s",
+                    flush=True,
+                )
+
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=env_reward,
+        args=config,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        rollout_func=rollout,
+        callbacks=[PrintSteps()],
+    )
+    trainer.remove_callback(PrinterCallback)  # one line per step from PrintSteps instead of every metric
+    print(f"{args.env_id} {json.dumps(env_kwargs)}: {len(dataset)} rows, model {args.model}, "
+          f"{'GPU' if gpu else 'CPU'}{' + vLLM ' + args.vllm_mode if args.use_vllm else ''}", flush=True)
+    try:
+        trainer.train()
+    finally:
+        if writer is not None:
+            writer.close()
+        rollout.close()
+    if args.save:
+        trainer.save_model(args.output_dir)
+        print(f"saved to {args.output_dir}")
+    rewards = [e["reward"] for e in trainer.state.log_history if "reward" in e]
+    if rewards:
+        print(f"done: {trainer.state.global_step} steps in {time.perf_counter() - started:.0f} s; "
+              f"reward {rewards[0]:.3f} (first logged step) -> {rewards[-1]:.3f} (last)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
