@@ -102,7 +102,12 @@ class ServedEnv:
         self._lock = threading.Lock()
         self.created = 0
         self.closed = 0
-        probe = self.make()
+        try:
+            probe = self.make()
+        except TypeError as exc:  # an argument the env does not take
+            # gymnasium appends the whole kwargs (the tokenizer's repr among them) to the message.
+            message = str(exc).split(" was raised from the environment creator", 1)[0]
+            raise TypeError(f"{self.env_id}: {message}") from None
         try:
             self.info = self._describe(probe)
         finally:
@@ -342,6 +347,7 @@ def create_app(
         description="An agent-r1-gym env served with openenv-core: episodes over the websocket at /ws.",
     )
     server.register_routes(app)
+    app.add_middleware(_QuietClientExits)
     app.state.served = served
     app.state.openenv = server
 
@@ -368,6 +374,29 @@ def create_app(
         }
 
     return app
+
+
+class _QuietClientExits:
+    """ASGI middleware: a websocket whose client left first ends quietly.
+
+    openenv-core's websocket route closes the session (and its env) and then closes the websocket; when
+    the client has already gone (every client that sends ``close`` and hangs up, every dropped one),
+    that last close raises ``WebSocketDisconnect``, which the server would log as an error with a
+    traceback per session. The session is already closed by then: nothing is lost by ending quietly.
+    """
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "websocket":
+            return await self.app(scope, receive, send)
+        from starlette.websockets import WebSocketDisconnect
+
+        try:
+            await self.app(scope, receive, send)
+        except WebSocketDisconnect:
+            pass
 
 
 def _listen(host: str, port: int) -> socket.socket:
