@@ -146,7 +146,7 @@ class EnvRollout:
         if not budget:
             raise ValueError("no completion budget: set GRPOConfig(max_completion_length=...) or EnvRollout(max_completion_tokens=...)")
         budget = int(budget)
-        backend = self._backend(trainer, budget)
+        backend = self._backend(trainer)
         step = int(getattr(getattr(trainer, "state", None), "global_step", 0) or 0)
         trajectories = run_sync(lambda: self._play(routes, backend, budget, step))
         self.last_trajectories = trajectories
@@ -261,7 +261,7 @@ class EnvRollout:
             raise ValueError("the trainer has no tokenizer (processing_class); pass EnvRollout(tokenizer=...)")
         return getattr(tokenizer, "tokenizer", tokenizer)  # a processor's tokenizer
 
-    def _backend(self, trainer: Any, budget: int) -> "_Backend":
+    def _backend(self, trainer: Any) -> "_Backend":
         if self.policy is not None:
             return _PolicyBackend(self.policy, self.max_new_tokens or int(trainer.max_completion_length))
         backend = _TRLBackend(trainer)
@@ -425,10 +425,13 @@ class _Rounds:
         self.wake = asyncio.Event()
         self.dummy: list[int] | None = None  # the padding prompt of collective rounds
         self.rounds = 0
+        self.error: BaseException | None = None  # the backend's failure: later turns fail at once
 
     async def generate(self, prompt_ids: list[int]) -> Generation:
         if isinstance(self.backend, _PolicyBackend) and self.backend.per_prompt:
             return await self.backend.policy(prompt_ids)
+        if self.error is not None:
+            raise self.error
         future: asyncio.Future[Generation] = asyncio.get_running_loop().create_future()
         self.pending.append((list(prompt_ids), future))
         if self.dummy is None:
@@ -455,6 +458,7 @@ class _Rounds:
                 if len(generations) != len(prompts):
                     raise RuntimeError(f"the generation backend returned {len(generations)} results for {len(prompts)} prompts")
             except BaseException as exc:
+                self.error = exc
                 for _, future in batch:
                     if not future.done():
                         future.set_exception(exc)

@@ -168,3 +168,37 @@ def test_the_tested_range_is_the_declared_one():
 
     project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
     assert f"trl{TESTED_TRL}" in project["dependencies"]
+
+
+class _FailingBackend(_Backend):
+    """Fails on its second round (a generation server that went away, say)."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def generate(self, prompts):
+        self.calls += 1
+        if self.calls == 2:
+            raise ConnectionError("generation server went away")
+        return [Generation([7, 2], None, "stop") for _ in prompts]
+
+
+def test_a_backend_failure_fails_the_rollout_instead_of_hanging():
+    backend = _FailingBackend()
+    rounds = _Rounds(backend, live=2)
+
+    async def episode(first, pause):
+        await rounds.generate([first])
+        await asyncio.sleep(pause)  # an env step that takes a while: the round waits for it
+        await rounds.generate([first, 1])
+        rounds.finished()
+
+    async def main():
+        runner = asyncio.ensure_future(rounds.run())
+        results = await asyncio.gather(episode(1, 0.0), episode(2, 0.05), return_exceptions=True)
+        with pytest.raises(ConnectionError):
+            await runner
+        return results
+
+    results = asyncio.run(asyncio.wait_for(main(), 10))
+    assert [type(r) for r in results] == [ConnectionError, ConnectionError]
