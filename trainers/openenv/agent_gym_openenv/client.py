@@ -250,6 +250,17 @@ class RemoteEnv(gym.Env):
         self._closed = True
         await self._arun(self.client.close())
 
+    def __del__(self) -> None:
+        # A RemoteEnv dropped without close() would keep its session (and the server's env) open as
+        # long as this process lives: close it in the background (best effort, never blocking).
+        if getattr(self, "_closed", True) or getattr(self.client, "_ws", None) is None:
+            return
+        self._closed = True
+        try:
+            asyncio.run_coroutine_threadsafe(self.client.close(), _client_loop())
+        except Exception:  # noqa: BLE001 - interpreter shutdown: the connection dies with the process
+            pass
+
     # -- internals ------------------------------------------------------------------------------------
 
     async def _reset(self, seed: int | None, options: Mapping[str, Any] | None) -> tuple[dict[str, Any], dict[str, Any]]:

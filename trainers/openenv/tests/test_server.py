@@ -258,6 +258,18 @@ def test_client_that_drops_its_socket_leaks_nothing(url, actions):
     wait_for_sessions(url, active=0, open_envs=0)
 
 
+def test_remote_env_dropped_without_close_leaks_nothing(url, actions):
+    import gc
+
+    env = RemoteEnv(url)
+    env.reset(options={"task_id": TASK_ID})
+    env.step(actions["call"])
+    assert get_json(url + "/sessions")["active_sessions"] == 1
+    del env
+    gc.collect()
+    wait_for_sessions(url, active=0, open_envs=0)
+
+
 # -- bad requests: clear errors, the server and the episode carry on -----------------------------------
 
 
