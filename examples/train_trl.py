@@ -20,6 +20,7 @@ import json
 import os
 import sys
 import time
+import warnings
 
 
 def _env_kwarg(text: str) -> tuple[str, object]:
@@ -80,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
 
     configure_cpu_threads()  # before torch loads: one thread per core, OpenMP waits sleep on a busy machine
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    # TRL 1.16 still calls transformers' gradient_checkpointing names, deprecated for v6, on every step.
+    warnings.filterwarnings("ignore", message=r".*gradient_checkpointing.* is deprecated", category=FutureWarning)
 
     import torch
     from transformers import TrainerCallback
@@ -90,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     from agent_gym.trajectory import TrajectoryWriter
     from agent_gym_trl import EnvRollout, env_dataset, env_reward
 
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # no weight-loading bars: one line per step is the output
     gpu = torch.cuda.is_available()
     if (args.use_vllm or args.bf16) and not gpu:
         print("--use-vllm and --bf16 need a CUDA GPU", file=sys.stderr)
@@ -146,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         callbacks=[PrintSteps()],
     )
     trainer.remove_callback(PrinterCallback)  # one line per step from PrintSteps instead of every metric
-    print(f"{args.env_id} {json.dumps(env_kwargs)}: {len(dataset)} rows, model {args.model}, "
+    print(f"{args.env_id} {json.dumps(env_kwargs, sort_keys=True)}: {len(dataset)} rows, model {args.model}, "
           f"{'GPU' if gpu else 'CPU'}{' + vLLM ' + args.vllm_mode if args.use_vllm else ''}", flush=True)
     try:
         trainer.train()
