@@ -4,7 +4,6 @@ instead of serving: a bad env argument (found when the server builds its probe e
 from __future__ import annotations
 
 import subprocess
-import sys
 
 from openenv_helpers import AGENT_GYM, ENV_ID, REPO_ROOT
 
