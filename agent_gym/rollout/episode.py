@@ -76,7 +76,8 @@ async def play_episode(
 
     Args:
         env: any env or wrapper stack (what ``gym.make`` returns); stepped with ``await env.astep(ids)``
-            so that waiting tools never block the event loop (an env without ``astep`` steps in a thread).
+            so that waiting tools never block the event loop (an env without ``astep`` steps in a thread);
+            reset with ``await env.areset(...)`` when it has one (a remote session), else ``env.reset``.
         generate: ``async (prompt_ids: list[int]) -> Generation``; called once per step with the env's
             exact ``prompt_ids``. It may raise :class:`EndEpisode` to stop the episode; any other
             exception propagates (the env is then mid-episode: reset it before reuse).
@@ -103,7 +104,11 @@ async def play_episode(
     if task_id is not None:
         reset_options["task_id"] = str(task_id)
     started = time.perf_counter()
-    obs, reset_info = env.reset(seed=seed, options=reset_options or None)
+    areset = getattr(env, "areset", None)  # an env whose reset waits (a remote session) awaits it
+    if areset is not None:
+        obs, reset_info = await areset(seed=seed, options=reset_options or None)
+    else:
+        obs, reset_info = env.reset(seed=seed, options=reset_options or None)
     reset_s = time.perf_counter() - started
     trajectory_id = trajectory_id or uuid.uuid4().hex
     steps: list[StepRecord] = []
