@@ -56,7 +56,7 @@ __all__ = ["EnvRollout", "env_reward", "TESTED_TRL"]
 TESTED_TRL = ">=1.14,!=1.15.0,<1.17"
 
 #: The counters of an episode's last ``info`` that are logged (``env/<name>``, mean per episode).
-COUNTERS = ("turn", "tool_calls", "tool_errors", "format_errors")
+COUNTERS = ("tool_calls", "tool_errors", "format_errors")
 
 
 def env_reward(completions: Sequence[Any] | None = None, env_return: Sequence[float] | None = None, **kwargs: Any) -> list[float]:
@@ -303,9 +303,10 @@ def _episode_metrics(trajectories: list[Trajectory], samples: list[Any]) -> dict
     out = {
         "return": math.fsum(t.return_ for t in trajectories) / n,
         "correct": sum(1 for i in finals if i.get("correct") is True) / n,
+        "turns": sum(len(t.steps) for t in trajectories) / n,
     }
     for name in COUNTERS:
-        out["turns" if name == "turn" else name] = sum(float(i.get(name, 0) or 0) for i in finals) / n
+        out[name] = sum(float(i.get(name, 0) or 0) for i in finals) / n
     out["truncated"] = sum(1 for t in trajectories if t.metadata.get("truncated_reason") is not None) / n
     out["stopped_by_budget"] = sum(1 for t in trajectories if t.metadata.get("truncated_reason") == "max_completion_tokens") / n
     out["env_tokens"] = sum(len(s[2]) - sum(s[2]) for s in samples) / n

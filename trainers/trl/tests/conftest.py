@@ -13,7 +13,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from agent_gym.cpu import configure_cpu_threads  # noqa: E402
 
-# Before torch loads: one thread per core, sleeping (not spinning) OpenMP waits on a busy machine.
+# Before torch loads: one thread per core, and OpenMP threads that sleep while they wait. Spinning is
+# about 15% faster on an idle machine but several times slower once other work starts beside the tests
+# (a check at start-up cannot see work that starts later), and these tests are not benchmarks.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 configure_cpu_threads()
 
 import pytest  # noqa: E402
