@@ -1,12 +1,19 @@
-"""Task sources for dataset-backed envs: a fixed list of tasks with ids."""
+"""Task sources: a fixed list of tasks with ids, and reading any env's tasks by id, list or seed.
+
+Every adapter that turns an env's tasks into a trainer's dataset (verl's parquet export, TRL's dataset)
+goes through :func:`make_on_split` and :func:`source_tasks`, so "the tasks of an env" means the same
+thing for every trainer.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Generic, Iterator, Sequence, TypeVar
+import inspect
+import json
+from typing import Any, Callable, Generic, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 import numpy as np
 
-__all__ = ["TaskList"]
+__all__ = ["TaskList", "env_takes", "make_on_split", "source_tasks", "text_of"]
 
 T = TypeVar("T")
 
@@ -54,3 +61,85 @@ class TaskList(Generic[T]):
 
 def _default_id(task: Any) -> str:
     return str(task["id"] if isinstance(task, dict) else task.id)
+
+
+def env_takes(env_id: str, name: str) -> bool:
+    """Whether the env registered as ``env_id`` takes the constructor argument ``name``."""
+    import gymnasium as gym
+
+    entry = gym.spec(env_id).entry_point
+    cls = gym.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
+    try:
+        params = inspect.signature(cls.__init__ if isinstance(cls, type) else cls).parameters
+    except (TypeError, ValueError):
+        return True  # unreadable: let the constructor itself say
+    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def make_on_split(
+    env_id: str, split: str | None = None, env_kwargs: Mapping[str, Any] | None = None, tokenizer: Any = None
+) -> Any:
+    """``gym.make(env_id, tokenizer=..., split=split, **env_kwargs)`` with clear errors.
+
+    Raises:
+        ValueError: an unknown env id; ``split`` given to an env without splits; ``split`` and
+            ``env_kwargs["split"]`` disagreeing.
+    """
+    import gymnasium as gym
+
+    import agent_gym  # noqa: F401  (registers every installed env package)
+
+    try:
+        gym.spec(env_id)
+    except gym.error.Error as exc:
+        raise ValueError(f"unknown env id {env_id!r} ({exc}); `agent-gym list` shows the installed envs") from None
+    kwargs = dict(env_kwargs or {})
+    if split is not None:
+        if "split" in kwargs and kwargs["split"] != split:
+            raise ValueError(f"split={split!r} and env_kwargs['split']={kwargs['split']!r} disagree")
+        if not env_takes(env_id, "split"):
+            raise ValueError(f"{env_id} takes no split argument; give no split")
+        kwargs["split"] = split
+    return gym.make(env_id, tokenizer=tokenizer, **kwargs)
+
+
+def source_tasks(env: Any, n: int | None = None, task_ids: Iterable[str] | None = None) -> list[Any]:
+    """The tasks of ``env``'s own source, in source order.
+
+    ``task_ids`` pick tasks by id; else a finite source (``env.tasks``) gives its first ``n`` tasks (all
+    when ``n`` is None); else the source generates tasks, and these are the tasks ``reset(seed=i)`` draws
+    for i in 0..n-1 (duplicates dropped), the same in any process.
+
+    Raises:
+        ValueError: ``n < 1``, or a generating source without ``n``.
+    """
+    base = env.unwrapped
+    if n is not None and n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    if task_ids is not None:
+        tasks = [base.get_task(str(t)) for t in task_ids]
+        return tasks[:n] if n is not None else tasks
+    finite = getattr(base, "tasks", None)
+    if finite is not None:
+        return list(finite)[: n if n is not None else None]
+    if n is None:
+        name = base.spec.id if base.spec is not None else type(base).__name__
+        raise ValueError(f"{name} generates its tasks (no finite env.tasks): pass n= (the tasks of seeds 0..n-1)")
+    seen: set[str | None] = set()
+    tasks = []
+    for seed in range(n):
+        base.reset(seed=seed)
+        task_id = base.task_id_of(base.task)
+        if task_id not in seen:
+            seen.add(task_id)
+            tasks.append(base.task)
+    return tasks
+
+
+def text_of(value: Any) -> str:
+    """A message content or task field as text: ``""`` for None, JSON for dicts and lists."""
+    if value is None:
+        return ""
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True)
+    return str(value)

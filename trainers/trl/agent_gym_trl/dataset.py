@@ -20,7 +20,6 @@ that is what :class:`agent_gym_trl.EnvRollout` does.
 
 from __future__ import annotations
 
-import inspect
 import json
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
@@ -86,26 +85,6 @@ def route_of(prompt: Any) -> Route:
     )
 
 
-def _accepts(env_id: str, name: str) -> bool:
-    import gymnasium as gym
-
-    entry = gym.spec(env_id).entry_point
-    cls = gym.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
-    try:
-        params = inspect.signature(cls.__init__).parameters
-    except (TypeError, ValueError):
-        return True
-    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
-
-
-def _text(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, (dict, list)):
-        return json.dumps(value, sort_keys=True)
-    return str(value)
-
-
 def env_rows(
     env_id: str,
     n: int | None = None,
@@ -116,52 +95,23 @@ def env_rows(
     tokenizer: Any = None,
 ) -> list[dict[str, Any]]:
     """The rows of :func:`env_dataset` as plain dicts (same arguments)."""
-    import gymnasium as gym
+    from agent_gym.core.tasks import make_on_split, source_tasks, text_of
 
-    import agent_gym  # noqa: F401  (registers every installed env package)
-
-    try:
-        gym.spec(env_id)
-    except gym.error.Error as exc:
-        raise ValueError(f"unknown env id {env_id!r} ({exc}); `agent-gym list` shows the installed envs") from None
     kwargs = dict(env_kwargs or {})
     if split is not None:
-        if "split" in kwargs and kwargs["split"] != split:
-            raise ValueError(f"split={split!r} and env_kwargs['split']={kwargs['split']!r} disagree")
-        if not _accepts(env_id, "split"):
-            raise ValueError(f"{env_id} takes no split argument; leave split=None")
-        kwargs["split"] = split
+        kwargs.setdefault("split", split)  # make_on_split refuses a disagreeing or unsupported split
     kwargs_json = _kwargs_json(kwargs)
-    if n is not None and n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
-    env = gym.make(env_id, tokenizer=tokenizer, **kwargs)
+    env = make_on_split(env_id, split, env_kwargs, tokenizer)
     try:
         base = env.unwrapped
-        if task_ids is not None:
-            tasks = [base.get_task(str(t)) for t in task_ids]
-            if n is not None:
-                tasks = tasks[:n]
-        elif getattr(base, "tasks", None) is not None:
-            tasks = list(base.tasks)[: n if n is not None else None]
-        else:
-            # A generated source (Arithmetic, Countdown, the games): the tasks seeds 0..n-1 draw, the same
-            # ones `env.reset(seed=i)` gives in any process (duplicates dropped).
-            if n is None:
-                raise ValueError(f"{env_id} generates its tasks (no finite env.tasks): pass n= (the tasks of seeds 0..n-1)")
-            tasks, seen = [], set()
-            for seed in range(n):
-                base.reset(seed=seed)
-                task_id = base.task_id_of(base.task)
-                if task_id not in seen:
-                    seen.add(task_id)
-                    tasks.append(base.task)
+        tasks = source_tasks(env, n, task_ids)
         rows = []
         for task in tasks:
             task_id = base.task_id_of(task)
             if task_id is None:
                 raise ValueError(f"{env_id}: a task has no id; rows name their task by id")
             route = Route(env_id, str(task_id), kwargs_json)
-            messages = [{"role": str(m["role"]), "content": _text(m.get("content")), ROUTE_KEY: None}
+            messages = [{"role": str(m["role"]), "content": text_of(m.get("content")), ROUTE_KEY: None}
                         for m in base.initial_messages(task)]
             if not messages:
                 raise ValueError(f"{env_id}: task {task_id!r} opens with no messages")

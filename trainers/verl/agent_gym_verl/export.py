@@ -23,12 +23,13 @@ with verl); does not import verl.
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import os
 import sys
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from agent_gym.core.tasks import source_tasks, text_of
 
 __all__ = ["export_env", "rows_for_env", "main", "AGENT_NAMES"]
 
@@ -36,55 +37,21 @@ __all__ = ["export_env", "rows_for_env", "main", "AGENT_NAMES"]
 AGENT_NAMES = {"concat": "agent_gym", "step": "agent_gym_step"}
 
 
-def _accepts(env_cls: Any, name: str) -> bool:
-    try:
-        params = inspect.signature(env_cls.__init__).parameters
-    except (TypeError, ValueError):
-        return False
-    return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
-
-
 def _make_env(env_id: str, split: str | None, env_kwargs: Mapping[str, Any], tokenizer: Any) -> Any:
-    import gymnasium as gym
+    from agent_gym.core.tasks import make_on_split
 
-    import agent_gym  # noqa: F401  (registers every installed env package)
-
-    spec = gym.spec(env_id)
-    kwargs = dict(env_kwargs)
-    if split is not None:
-        entry = spec.entry_point
-        cls = gym.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
-        if not _accepts(cls, "split"):
-            raise ValueError(f"{env_id} takes no split argument; export it without --split")
-        kwargs["split"] = split
-    return gym.make(env_id, tokenizer=tokenizer, **kwargs)
-
-
-def _text(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, (dict, list)):
-        return json.dumps(value, sort_keys=True)
-    return str(value)
+    try:
+        return make_on_split(env_id, split, env_kwargs, tokenizer)
+    except ValueError as exc:
+        if "takes no split argument" in str(exc):
+            raise ValueError(f"{env_id} takes no split argument; export it without --split") from None
+        raise
 
 
 def _task_field(task: Any, name: str) -> Any:
     if isinstance(task, Mapping):
         return task.get(name)
     return getattr(task, name, None)
-
-
-def _seeded_tasks(base: Any, count: int) -> list[Any]:
-    """The tasks ``reset(seed=i)`` draws for i in 0..count-1, without duplicates, in seed order."""
-    seen: set[str] = set()
-    out = []
-    for seed in range(count):
-        base.reset(seed=seed)
-        task_id = base.task_id_of(base.task)
-        if task_id not in seen:
-            seen.add(task_id)
-            out.append(base.task)
-    return out
 
 
 def rows_for_env(
@@ -109,16 +76,14 @@ def rows_for_env(
     env_kwargs = dict(env_kwargs or {})
     env = _make_env(env_id, split, env_kwargs, tokenizer)
     base = env.unwrapped
-    tasks = getattr(base, "tasks", None)
-    if tasks is None:
-        # A generated task source (Countdown, games, ...): export the tasks that seeds 0..limit-1
-        # draw, the same ones `env.reset(seed=i)` gives in any process.
-        if limit is None:
-            raise ValueError(
-                f"{env_id} generates its tasks (no finite env.tasks): pass limit=/--limit N to export "
-                "the tasks of seeds 0..N-1"
-            )
-        tasks = _seeded_tasks(base, limit)
+    if getattr(base, "tasks", None) is None and limit is None:
+        raise ValueError(
+            f"{env_id} generates its tasks (no finite env.tasks): pass limit=/--limit N to export "
+            "the tasks of seeds 0..N-1"
+        )
+    # A generated source (Countdown, games, ...) gives the tasks seeds 0..limit-1 draw, the same ones
+    # `env.reset(seed=i)` gives in any process.
+    tasks = source_tasks(env, limit)
     tools = [t.schema() for t in getattr(base, "tools", [])]
     # The split is an env argument too: the agent loop must make the env on the same split.
     row_kwargs = dict(env_kwargs)
@@ -134,21 +99,21 @@ def rows_for_env(
         if task_id is None:
             raise ValueError(f"{env_id}: task {index} has no id; tasks need ids to be exported")
         messages = [
-            {"role": str(m["role"]), "content": _text(m.get("content"))} for m in base.initial_messages(task)
+            {"role": str(m["role"]), "content": text_of(m.get("content"))} for m in base.initial_messages(task)
         ]
         answer = ground_truth(task) if ground_truth is not None else _task_field(task, "answer")
         yield {
             "data_source": source,
             "prompt": messages,
             "ability": skill,
-            "reward_model": {"style": "rule", "ground_truth": _text(answer)},
+            "reward_model": {"style": "rule", "ground_truth": text_of(answer)},
             "extra_info": {
                 "split": split or "",
                 "index": index,
                 "env_id": env_id,
                 "task_id": str(task_id),
                 "env_kwargs": env_kwargs_json,
-                "question": _text(_task_field(task, "question")),
+                "question": text_of(_task_field(task, "question")),
                 "tools": json.dumps(tools, sort_keys=True),
             },
             "agent_name": AGENT_NAMES[mode],
