@@ -77,9 +77,17 @@ def env_takes(env_id: str, name: str) -> bool:
 
 
 def make_on_split(
-    env_id: str, split: str | None = None, env_kwargs: Mapping[str, Any] | None = None, tokenizer: Any = None
+    env_id: str,
+    split: str | None = None,
+    env_kwargs: Mapping[str, Any] | None = None,
+    tokenizer: Any = None,
+    *,
+    no_split_hint: str = "give no split",
 ) -> Any:
     """``gym.make(env_id, tokenizer=..., split=split, **env_kwargs)`` with clear errors.
+
+    ``no_split_hint`` ends the error for a split given to an env without splits (a command line says
+    which option to drop).
 
     Raises:
         ValueError: an unknown env id; ``split`` given to an env without splits; ``split`` and
@@ -98,7 +106,7 @@ def make_on_split(
         if "split" in kwargs and kwargs["split"] != split:
             raise ValueError(f"split={split!r} and env_kwargs['split']={kwargs['split']!r} disagree")
         if not env_takes(env_id, "split"):
-            raise ValueError(f"{env_id} takes no split argument; give no split")
+            raise ValueError(f"{env_id} takes no split argument; {no_split_hint}")
         kwargs["split"] = split
     return gym.make(env_id, tokenizer=tokenizer, **kwargs)
 

@@ -424,4 +424,5 @@ def run_episodes_async(*args: Any, **kwargs: Any) -> AsyncRolloutResult:
 
 
 def _is_factory(obj: Any) -> bool:
+    # An env has reset/step; anything else callable is a factory (a function, a class, a partial).
     return callable(obj) and not (hasattr(obj, "reset") and hasattr(obj, "step") and not isinstance(obj, type))

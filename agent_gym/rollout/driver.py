@@ -100,6 +100,8 @@ def run_episodes(
 
 def _make_slots(envs: EnvOrFactory | Sequence[EnvOrFactory], n_slots: int) -> list[Any]:
     """One env per slot, from a single factory or a sequence of envs/factories."""
+    from agent_gym.rollout.async_runner import _is_factory
+
     if isinstance(envs, Sequence) and not isinstance(envs, (str, bytes)):
         if n_slots and len(envs) == 0:
             raise ValueError("envs is empty")
@@ -109,8 +111,3 @@ def _make_slots(envs: EnvOrFactory | Sequence[EnvOrFactory], n_slots: int) -> li
     if not _is_factory(envs):
         return [envs][:n_slots]  # a single env: one slot
     return [envs() for _ in range(n_slots)]
-
-
-def _is_factory(obj: Any) -> bool:
-    # An env has reset/step; anything else callable is a factory (a function, a class, a partial).
-    return callable(obj) and not (hasattr(obj, "reset") and hasattr(obj, "step") and not isinstance(obj, type))

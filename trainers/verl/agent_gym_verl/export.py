@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from agent_gym.core.tasks import source_tasks, text_of
+from agent_gym.core.tasks import make_on_split, source_tasks, text_of
 
 __all__ = ["export_env", "rows_for_env", "main", "AGENT_NAMES"]
 
@@ -38,14 +38,7 @@ AGENT_NAMES = {"concat": "agent_gym", "step": "agent_gym_step"}
 
 
 def _make_env(env_id: str, split: str | None, env_kwargs: Mapping[str, Any], tokenizer: Any) -> Any:
-    from agent_gym.core.tasks import make_on_split
-
-    try:
-        return make_on_split(env_id, split, env_kwargs, tokenizer)
-    except ValueError as exc:
-        if "takes no split argument" in str(exc):
-            raise ValueError(f"{env_id} takes no split argument; export it without --split") from None
-        raise
+    return make_on_split(env_id, split, env_kwargs, tokenizer, no_split_hint="export it without --split")
 
 
 def _task_field(task: Any, name: str) -> Any:
