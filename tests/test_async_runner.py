@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
-import time
+import threading
 
 import gymnasium as gym
 import numpy as np
@@ -14,8 +14,10 @@ import pytest
 
 import agent_gym  # noqa: F401  (registers the envs)
 from agent_gym.chat.template import ChatTemplate
+from agent_gym.core.async_step import astep
 from agent_gym.rollout import Generation
 from agent_gym.rollout.async_runner import arun_episodes, find_astep, run_episodes_async
+from agent_gym.sandbox.tool import PythonTool
 from agent_gym.tools import HermesParser
 
 
@@ -101,11 +103,63 @@ def test_200_episodes_match_running_them_one_by_one(tokenizer):
     assert {(1.0, False, False), (0.0, False, False), (1.0, False, True), (0.0, True, False)} <= outcomes
 
 
+class InFlight:
+    """Counts calls in flight across threads and event loops: ``peak`` is the most that ever were at once."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.now = self.peak = 0
+
+    def enter(self):
+        with self.lock:
+            self.now += 1
+            self.peak = max(self.peak, self.now)
+
+    def exit(self):
+        with self.lock:
+            self.now -= 1
+
+
+class CountSteps(gym.Wrapper):
+    """Counts this env's ``astep`` calls in flight in ``counter`` (the runner awaits a wrapper's own astep)."""
+
+    def __init__(self, env, counter):
+        super().__init__(env)
+        self.counter = counter
+
+    async def astep(self, action):
+        self.counter.enter()
+        try:
+            return await astep(self.env, action)
+        finally:
+            self.counter.exit()
+
+
+def count_sandbox_runs(env, counter):
+    """Counts the env's sandboxed code runs in flight in ``counter`` (the python tool's ``arun_code``,
+    which the sandbox executes for real)."""
+    (tool,) = [t for t in env.unwrapped.tools if isinstance(t, PythonTool)]
+    run = tool.arun_code
+
+    async def arun_code(code):
+        counter.enter()
+        try:
+            return await run(code)
+        finally:
+            counter.exit()
+
+    tool.arun_code = arun_code
+    return env
+
+
 def test_waiting_tools_overlap_and_agenerate_is_used(tokenizer):
-    """16 episodes whose two tool calls each sleep 0.2 s in the sandbox: one by one that is >= 6.4 s."""
+    """16 episodes whose two tool calls each sleep 0.5 s in the sandbox: all 16 steps, and all 16 sandboxed
+    runs, are in flight at once (one episode at a time, or a step that blocked the event loop, would
+    give 1). The env checker is off: it runs an env's first step in a worker thread (see
+    agent_gym.core.async_step), where the default executor's size, not the runner, would bound the overlap."""
 
     def code(turn: int) -> str:
-        return "<tool_call>\n" + json.dumps({"name": "python", "arguments": {"code": f"import time\ntime.sleep(0.2)\nprint({turn})"}}) + "\n</tool_call>"
+        return "<tool_call>\n" + json.dumps({"name": "python", "arguments": {"code": f"import time\ntime.sleep(0.5)\nprint({turn})"}}) + "\n</tool_call>"
 
     class Async(ContentPolicy):
         async def agenerate(self, prompt, *, max_new_tokens):
@@ -116,22 +170,28 @@ def test_waiting_tools_overlap_and_agenerate_is_used(tokenizer):
             raise AssertionError("agenerate should be used")
 
     policy = Async(tokenizer, lambda text, turn: code(turn) if turn <= 2 else "#### 18")
-    envs = [gym.make("AgentR1/GSM8KPython-v0", tokenizer=tokenizer, split="test", sandbox={"prefork": 2}) for _ in range(16)]
+    steps, runs = InFlight(), InFlight()
+    envs = [
+        CountSteps(count_sandbox_runs(gym.make("AgentR1/GSM8KPython-v0", tokenizer=tokenizer, split="test",
+                                               sandbox={"prefork": 2}, disable_env_checker=True), runs), steps)
+        for _ in range(16)
+    ]
     assert find_astep(envs[0]) is not None
 
     async def main():
         return await arun_episodes(envs, policy, episodes=16, concurrency=16, max_new_tokens=512)
 
-    t0 = time.perf_counter()
-    result = asyncio.run(main())
-    elapsed = time.perf_counter() - t0
+    try:
+        result = asyncio.run(main())
+    finally:
+        for e in envs:
+            e.close()
     assert [t.num_turns for t in result.trajectories] == [3] * 16
     tool_outputs = [[m["content"] for m in t.messages if m["role"] == "tool"] for t in result.trajectories]
     assert tool_outputs == [["1", "2"]] * 16
-    assert elapsed < 4.0, f"16 episodes x 2 sleeping calls took {elapsed:.2f} s"
+    assert (steps.peak, runs.peak) == (16, 16)
+    assert (steps.now, runs.now) == (0, 0)
     assert result.stats["generate_calls"] == 0
-    for e in envs:
-        e.close()
 
 
 def test_policy_errors_propagate(tokenizer):
