@@ -352,3 +352,84 @@ def test_segment_mode_cuts_a_rewriting_game_at_each_rewrite(model_dir, verl_toke
         assert r["prompt"] == segment.prompt_ids and r["response"] == segment.response_ids
         assert r["mask"] == segment.response_mask
         assert r["logprobs"] == [(-0.25 if m else 0.0) for m in segment.response_mask]
+
+
+class _TurnsServer:
+    """Answers the k-th call with the k-th of ``turns`` (token ids, no model); ``[]`` is an empty
+    generation, what a policy that stops at once returns."""
+
+    def __init__(self, turns):
+        self.turns = [list(t) for t in turns]
+        self.calls = 0
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
+        from verl.workers.rollout.replica import TokenOutput
+
+        ids = self.turns[self.calls]
+        self.calls += 1
+        return TokenOutput(token_ids=ids, log_probs=[-0.25] * len(ids))
+
+
+@pytest.mark.parametrize("samples", ["segment", "step"])
+def test_an_empty_generation_keeps_its_reward_in_training(model_dir, verl_tokenizer, tmp_path, samples):
+    """FrozenLake with invalid_action_penalty=0.5: an empty generation is an invalid move (-0.5). With
+    turns empty, a move, empty, the episode's return is -1.0; verl's own worker pads the row (its first
+    step: an empty response), the trainer's expansion gives both rewards to the one action's tokens (the
+    first on its first id: no policy id precedes it; the second on its last), and GRPO, for a group of
+    one trajectory, gives every trained token the whole return as its advantage."""
+    from agent_gym_verl.step_advantage import PAD_KEY, compute_step_advantage, expand_step_batch
+
+    kwargs = {"max_turns": 3, "invalid_action_penalty": 0.5}
+    parquet = str(export_env("AgentR1/FrozenLake-v0", "test", tmp_path / "data", mode="step", limit=1, env_kwargs=kwargs))
+    cfg = mark_step_trainer(verl_config(model_dir), samples=samples)
+    move = verl_tokenizer.encode("<action>left</action><|im_end|>", add_special_tokens=False)
+    al._ENV_POOL.clear()
+    server = _TurnsServer([[], move, []])
+    worker = compat.make_agent_loop_worker(cfg, server)
+    batch = dataset_batch(cfg, parquet, worker.tokenizer, rows=[0])
+    out = _run(worker, batch)
+    out.non_tensor_batch["uid"] = batch.non_tensor_batch["uid"]  # the trainer's batch.union(...)
+    assert server.calls == 3
+    # The row (the first step, an empty action) as verl's worker pads it: one padding id, outside the loss.
+    row = _unpad(out, 0)
+    pad = worker.tokenizer.pad_token_id
+    assert (row["response"], row["mask"], row["logprobs"], row["rm_scores"]) == ([pad], [0], [0.0], [-1.0])
+    carried = out.non_tensor_batch[al.STEPS_KEY][0]
+    assert len(carried) == (1 if samples == "segment" else 3)
+
+    expanded, _ = expand_step_batch(out, pad_token_id=worker.tokenizer.pad_token_id, pad_to_multiple=1)
+    b, nt = expanded.batch, expanded.non_tensor_batch
+    assert not nt[PAD_KEY].any()
+    policy = b["response_mask"].bool()
+    assert int(policy.sum()) == len(move)
+    assert b["rm_scores"][policy].tolist() == [-0.5] + [0.0] * (len(move) - 2) + [-0.5]
+    assert float(b["rm_scores"].sum()) == pytest.approx(-1.0)
+
+    b["token_level_rewards"] = b["rm_scores"].clone()
+    compute_step_advantage(expanded, "grpo", config=_algo_config("grpo"))
+    assert b["advantages"][policy].tolist() == pytest.approx([-1.0] * len(move), abs=1e-5)
+    assert (b["advantages"][~policy] == 0).all()
+
+
+def test_an_empty_generation_is_a_concat_row_verl_can_pad(model_dir, verl_tokenizer, tmp_path):
+    """Concat mode, one turn, an empty generation (FrozenLake: an invalid move, -0.5, then the turn limit):
+    no response id at all. verl 0.7 cannot pad an empty response; the row holds one padding id with
+    response_mask 0 and log-prob 0.0, and verl's score -0.5 on it."""
+    kwargs = {"max_turns": 1, "invalid_action_penalty": 0.5}
+    parquet = str(export_env("AgentR1/FrozenLake-v0", "test", tmp_path / "data", mode="concat", limit=1, env_kwargs=kwargs))
+    cfg = verl_config(model_dir)
+    al._ENV_POOL.clear()
+    worker = compat.make_agent_loop_worker(cfg, _TurnsServer([[]]))
+    out = _run(worker, dataset_batch(cfg, parquet, worker.tokenizer, rows=[0]))
+    row = _unpad(out, 0)
+    assert (row["response"], row["mask"], row["logprobs"]) == ([worker.tokenizer.pad_token_id], [0], [0.0])
+    assert row["rm_scores"] == [-0.5] and float(out.batch["rm_scores"].sum()) == -0.5
+
+
+def _algo_config(estimator):
+    from omegaconf import OmegaConf
+
+    from verl.trainer.config import AlgoConfig
+    from verl.utils.config import omega_conf_to_dataclass
+
+    return omega_conf_to_dataclass(OmegaConf.create({"_target_": "verl.trainer.config.AlgoConfig", "adv_estimator": estimator}), AlgoConfig)

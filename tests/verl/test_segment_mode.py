@@ -211,3 +211,77 @@ def test_one_optimizer_step_of_smollm2_on_a_segment_batch(smollm2_model, verl_to
     pg_loss, moved = one_policy_update(model, expanded, tmp_path, verl_tokenizer)
     assert torch.isfinite(pg_loss)
     assert moved, "no parameter changed"
+
+
+# -- empty actions ---------------------------------------------------------------------------------------
+
+# One prompt (uid "E"), five trajectories: per step (action length, reward), and the steps after which
+# the env rewrites its context. An action of length 0 is an empty generation (the policy stopped at once).
+EMPTY_SPEC = [
+    ([(2, 0.0), (0, -0.5), (1, 1.0)], set()),  # an empty step in the middle
+    ([(0, -0.5), (2, 0.0)], set()),  # an empty first step
+    ([(0, -0.5)], set()),  # no policy token at all
+    ([(1, 0.0), (0, 0.3)], {0}),  # an empty step that starts a new segment
+    ([(2, 1.0)], set()),
+]
+# Each trajectory's token rewards on its policy tokens, in order: an empty step's reward sits on the
+# last policy token before it, else the first one after it.
+EMPTY_TOKEN_REWARDS = [[0.0, -0.5, 1.0], [-0.5, 0.0], [], [0.3], [0.0, 1.0]]
+
+
+def _empty_action_trajectories(seed: int = 1) -> list[tuple[str, Trajectory]]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for j, (steps_spec, rewrites) in enumerate(EMPTY_SPEC):
+        context = [int(t) for t in rng.integers(10, 1000, size=5)]
+        steps = []
+        for k, (n, reward) in enumerate(steps_spec):
+            action = [int(t) for t in rng.integers(10, 1000, size=n)]
+            steps.append(
+                StepRecord(
+                    trajectory_id=f"E{j}", step=k, prompt_ids=list(context), response_ids=action,
+                    response_logprobs=[-0.5] * n, reward=reward, terminated=k == len(steps_spec) - 1,
+                    truncated=False, new_segment=k in rewrites,
+                )
+            )
+            reply = [int(t) for t in rng.integers(10, 1000, size=3)]
+            context = [int(t) for t in rng.integers(10, 1000, size=4)] if k in rewrites else context + action + reply
+        out.append(("E", Trajectory(id=f"E{j}", env_id="E", steps=steps)))
+    return out
+
+
+@pytest.mark.parametrize("kind", ["segment", "step"])
+def test_an_empty_actions_reward_reaches_training(kind):
+    """A step whose action is empty still has its reward in the trajectory's token rewards and return:
+    on the previous policy token (in the same sample or an earlier one), else the next one; a trajectory
+    with no policy token at all keeps its return on a slot no token trains, as verl does for an empty
+    response. GRPO then normalises the five returns 0.5, -0.5, -0.5, 0.3, 1.0."""
+    trajectories = _empty_action_trajectories()
+    expanded, _ = _batch(trajectories, kind)
+    rewards = _per_trajectory(expanded, "token_level_rewards")
+    assert [rewards.get(t, []) for t in range(len(trajectories))] == [pytest.approx(r) for r in EMPTY_TOKEN_REWARDS]
+    nt, b = expanded.non_tensor_batch, expanded.batch
+    returns = [float(b["rm_scores"][(nt[TRAJ_KEY] == t) & ~nt[PAD_KEY]].sum()) for t in range(len(trajectories))]
+    assert returns == pytest.approx([0.5, -0.5, -0.5, 0.3, 1.0])
+
+    compute_step_advantage(expanded, "grpo", config=_algo_config(adv_estimator="grpo"))
+    scores = torch.tensor([0.5, -0.5, -0.5, 0.3, 1.0])
+    expected = (scores - scores.mean()) / (scores.std() + 1e-6)
+    advantages = _per_trajectory(expanded, "advantages")
+    for t, tokens in enumerate(EMPTY_TOKEN_REWARDS):
+        assert advantages.get(t, []) == pytest.approx([float(expected[t])] * len(tokens), abs=1e-5), t
+
+
+@pytest.mark.parametrize("estimator", SUPPORTED)
+def test_segment_and_step_samples_agree_with_empty_actions(estimator):
+    results = {}
+    for kind in ("segment", "step"):
+        expanded, _ = _batch(_empty_action_trajectories(), kind)
+        compute_step_advantage(expanded, estimator, gamma=0.9, lam=0.95, config=_algo_config(adv_estimator=estimator))
+        assert (expanded.batch["advantages"][~expanded.batch["response_mask"].bool()] == 0).all()
+        results[kind] = (_per_trajectory(expanded, "advantages"), _per_trajectory(expanded, "returns"))
+    for which in range(2):
+        seg, step = results["segment"][which], results["step"][which]
+        assert seg.keys() == step.keys()
+        for t in seg:
+            assert seg[t] == pytest.approx(step[t], abs=1e-5), (estimator, t)

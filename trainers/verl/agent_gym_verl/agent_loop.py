@@ -77,53 +77,82 @@ def step_samples(trajectory: Any, kind: str = "segment") -> list[dict[str, Any]]
 
     ``"segment"``: one sample per segment (:meth:`agent_gym.trajectory.Trajectory.segments`): prompt = the
     segment's first prompt, response = every id after it with ``response_mask`` 1 on the policy's ids and
-    0 on the env's, log-probs 0.0 on env ids, and ``token_rewards`` holding each step's reward on that
-    step's last action id. An append-only episode is one sample, the concat-mode one; the trainer's cost is
-    linear in the episode's length, not quadratic.
+    0 on the env's, log-probs 0.0 on env ids. An append-only episode is one sample, the concat-mode one;
+    the trainer's cost is linear in the episode's length, not quadratic.
 
     ``"step"``: one sample per env step (prompt = the step's whole context, response = its action, the
     step's ``reward``), Agent-R1's step-level layout, kept for comparison.
+
+    Either way ``token_rewards`` holds each step's reward on that step's last action id. A step whose
+    action is empty (the policy generated no id) has no id of its own: its reward goes on the last policy
+    id before it in the trajectory (the previous action's last id, in this sample or an earlier one), or,
+    when no policy id precedes it, on the first one after it, so both layouts give the trajectory the same
+    token rewards. Only a trajectory without any policy id keeps its rewards in ``unplaced_reward`` (the
+    expansion puts them where verl puts the score of an empty response: counted in the trajectory's
+    return, on no trained token).
     """
-    if kind == "step":
-        return [
-            {
-                "trajectory_id": trajectory.id,
-                "step": record.step,
-                "prompt_ids": np.asarray(record.prompt_ids, dtype=np.int64),
-                "response_ids": np.asarray(record.response_ids, dtype=np.int64),
-                "logprobs": None if record.response_logprobs is None else np.asarray(record.response_logprobs, dtype=np.float32),
-                "reward": record.reward,
-                "new_segment": record.new_segment,
-            }
-            for record in trajectory.steps
-        ]
-    if kind != "segment":
+    if kind not in SAMPLE_KINDS:
         raise ValueError(f"sample kind must be one of {SAMPLE_KINDS}, got {kind!r}")
-    samples = []
-    for number, segment in enumerate(trajectory.segments()):
-        rewards = np.zeros(len(segment.response_ids), dtype=np.float32)
-        unplaced = 0.0
-        for k in segment.steps:
-            reward = trajectory.steps[k].reward
-            where = [i for i, (s, m) in enumerate(zip(segment.step_index, segment.response_mask)) if s == k and m]
-            if where:
-                rewards[where[-1]] += reward
-            else:  # an empty action: the reward still belongs to the sample
-                unplaced += reward
-        samples.append(
-            {
-                "trajectory_id": trajectory.id,
-                "step": number,
-                "steps": [segment.steps.start, segment.steps.stop],
-                "prompt_ids": np.asarray(segment.prompt_ids, dtype=np.int64),
-                "response_ids": np.asarray(segment.response_ids, dtype=np.int64),
-                "response_mask": np.asarray(segment.response_mask, dtype=np.int64),
-                "logprobs": None if segment.response_logprobs is None else np.asarray(segment.response_logprobs, dtype=np.float32),
-                "token_rewards": rewards,
-                "reward": float(sum(trajectory.steps[k].reward for k in segment.steps)),
-                "unplaced_reward": unplaced,
-            }
-        )
+    samples: list[dict[str, Any]] = []
+    # Per sample: the trajectory step of each response id, and which ids the policy generated.
+    layout: list[tuple[list[int], list[int]]] = []
+    sample_of_step: dict[int, int] = {}
+    if kind == "step":
+        for k, record in enumerate(trajectory.steps):
+            n = len(record.response_ids)
+            sample_of_step[k] = len(samples)
+            samples.append(
+                {
+                    "trajectory_id": trajectory.id,
+                    "step": record.step,
+                    "prompt_ids": np.asarray(record.prompt_ids, dtype=np.int64),
+                    "response_ids": np.asarray(record.response_ids, dtype=np.int64),
+                    "logprobs": None if record.response_logprobs is None else np.asarray(record.response_logprobs, dtype=np.float32),
+                    "reward": record.reward,
+                    "new_segment": record.new_segment,
+                }
+            )
+            layout.append(([k] * n, [1] * n))
+    else:
+        for number, segment in enumerate(trajectory.segments()):
+            sample_of_step.update((k, number) for k in segment.steps)
+            samples.append(
+                {
+                    "trajectory_id": trajectory.id,
+                    "step": number,
+                    "steps": [segment.steps.start, segment.steps.stop],
+                    "prompt_ids": np.asarray(segment.prompt_ids, dtype=np.int64),
+                    "response_ids": np.asarray(segment.response_ids, dtype=np.int64),
+                    "response_mask": np.asarray(segment.response_mask, dtype=np.int64),
+                    "logprobs": None if segment.response_logprobs is None else np.asarray(segment.response_logprobs, dtype=np.float32),
+                    "reward": float(sum(trajectory.steps[k].reward for k in segment.steps)),
+                }
+            )
+            layout.append((list(segment.step_index), list(segment.response_mask)))
+    # Where each step's policy ids are: step -> (sample, position) of its first and of its last one.
+    first: dict[int, tuple[int, int]] = {}
+    last: dict[int, tuple[int, int]] = {}
+    for s, (index, mask) in enumerate(layout):
+        for i, (step, m) in enumerate(zip(index, mask)):
+            if m:
+                first.setdefault(step, (s, i))
+                last[step] = (s, i)
+    rewards = [np.zeros(len(index), dtype=np.float32) for index, _ in layout]
+    unplaced = [0.0] * len(samples)
+    for k, record in enumerate(trajectory.steps):
+        if k in last:
+            where = last[k]
+        else:  # an empty action: the nearest policy id before it, else after it
+            before = [j for j in last if j < k]
+            after = [j for j in first if j > k]
+            where = last[max(before)] if before else first[min(after)] if after else None
+        if where is None:  # no policy id in the whole trajectory
+            unplaced[sample_of_step[k]] += record.reward
+        else:
+            rewards[where[0]][where[1]] += record.reward
+    for sample, token_rewards, left in zip(samples, rewards, unplaced):
+        sample["token_rewards"] = token_rewards
+        sample["unplaced_reward"] = left
     return samples
 
 
@@ -212,6 +241,12 @@ class AgentGymAgentLoop(compat.AgentLoopBase):
         pool = _ENV_POOL[key]
         if len(pool) < MAX_POOLED_ENVS:
             pool.append(env)
+
+    def _pad_id(self) -> int:
+        for value in (getattr(self.tokenizer, "pad_token_id", None), getattr(self.tokenizer, "eos_token_id", None)):
+            if isinstance(value, int):
+                return value
+        return 0
 
     # -- the loop ----------------------------------------------------------------------------------
 
@@ -314,6 +349,12 @@ class AgentGymAgentLoop(compat.AgentLoopBase):
                 if logprobs is not None:
                     logprobs = logprobs[: self.response_length]
             out_prompt, out_response, out_mask, out_logprobs = sample.prompt_ids, response, mask, logprobs
+        if not out_response:
+            # An empty generation and no env reply after it. verl 0.7 pads the response with the tokenizer,
+            # which fails on an empty list: the row gets one padding id instead, outside the loss
+            # (response_mask 0, log-prob 0.0), and verl puts the reward on it, as it would on the padding.
+            out_response, out_mask = [self._pad_id()], [0]
+            out_logprobs = None if out_logprobs is None else [0.0]
 
         turns = int(last_info.get("turn", len(trajectory.steps) if step_mode else 0))
         components = {str(k): float(v) for k, v in (last_info.get("reward_components") or {}).items()}

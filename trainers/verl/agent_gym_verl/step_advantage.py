@@ -6,7 +6,8 @@ Batch expansion (:func:`expand_step_batch`)
     (:func:`agent_gym_verl.agent_loop.step_samples`). By default they are *segments*: maximal runs of
     steps in which the env only appended, each one sample whose response holds every action and env turn
     after the segment's first prompt (``response_mask`` 1 on the policy's ids, 0 on the env's,
-    ``rm_scores`` = each step's reward on that step's last action id). An append-only episode is one
+    ``rm_scores`` = each step's reward on that step's last action id, an empty action's on the nearest
+    policy id, see :func:`~agent_gym_verl.agent_loop.step_samples`). An append-only episode is one
     sample, token for token the concat-mode one, so the update costs what concat mode costs; a game
     that rewrites its context gives one sample per segment. With ``agent_gym.samples=step`` they are
     single steps (prompt = the step's whole context, response = its action, its reward on its last
@@ -185,6 +186,8 @@ def _row_sample(batch: Any, i: int) -> dict[str, Any]:
         "mask": b["response_mask"][i][r_valid].tolist(),
         "logprobs": b["rollout_log_probs"][i][r_valid].tolist() if "rollout_log_probs" in b.keys() else None,
         "rewards": b["rm_scores"][i][r_valid].tolist() if "rm_scores" in b.keys() else None,
+        # verl puts an empty response's score on a padding slot (its response_length - 1 is -1)
+        "reward_no_tokens": float(b["rm_scores"][i][~r_valid].sum()) if "rm_scores" in b.keys() else 0.0,
     }
     return sample
 
@@ -193,25 +196,25 @@ def _step_sample(step: dict[str, Any]) -> dict[str, Any]:
     """A carried sample (a segment or a single step, see ``agent_loop.step_samples``) as tensor rows."""
     response = [int(t) for t in np.asarray(step["response_ids"]).tolist()]
     lps = step.get("logprobs")
-    if "response_mask" in step:  # a segment: policy ids and env ids, rewards per token
-        return {
-            "prompt": [int(t) for t in np.asarray(step["prompt_ids"]).tolist()],
-            "response": response,
-            "mask": [int(m) for m in np.asarray(step["response_mask"]).tolist()],
-            "logprobs": None if lps is None else [float(x) for x in np.asarray(lps).tolist()],
-            "rewards": [float(x) for x in np.asarray(step["token_rewards"]).tolist()],
-            "reward_no_tokens": float(step.get("unplaced_reward", 0.0)),
-        }
-    rewards = [0.0] * len(response)
-    if response:
-        rewards[-1] = float(step.get("reward", 0.0))
+    if "response_mask" in step:  # a segment: policy ids and env ids
+        mask = [int(m) for m in np.asarray(step["response_mask"]).tolist()]
+    else:
+        mask = [1] * len(response)
+    if "token_rewards" in step:  # placed by step_samples (an empty action's reward included)
+        rewards = [float(x) for x in np.asarray(step["token_rewards"]).tolist()]
+        no_tokens = float(step.get("unplaced_reward", 0.0))
+    else:  # a bare step: its reward on its last id
+        rewards = [0.0] * len(response)
+        if response:
+            rewards[-1] = float(step.get("reward", 0.0))
+        no_tokens = 0.0 if response else float(step.get("reward", 0.0))
     return {
         "prompt": [int(t) for t in np.asarray(step["prompt_ids"]).tolist()],
         "response": response,
-        "mask": [1] * len(response),
+        "mask": mask,
         "logprobs": None if lps is None else [float(x) for x in np.asarray(lps).tolist()],
         "rewards": rewards,
-        "reward_no_tokens": float(step.get("reward", 0.0)) if not response else 0.0,
+        "reward_no_tokens": no_tokens,
     }
 
 
@@ -271,6 +274,7 @@ def expand_step_batch(batch: Any, *, pad_token_id: int = 0, pad_to_multiple: int
         pad = dict(samples[j])
         pad["mask"] = [0] * len(pad["response"])
         pad["rewards"] = [0.0] * len(pad["response"])
+        pad["reward_no_tokens"] = 0.0
         samples.append(pad)
         src.append(src[j])
         traj.append(-1 - k)
@@ -301,6 +305,10 @@ def expand_step_batch(batch: Any, *, pad_token_id: int = 0, pad_to_multiple: int
                 logprobs[row, :rl] = torch.tensor(s["logprobs"], dtype=torch.float32)
             if rm_scores is not None and s["rewards"] is not None:
                 rm_scores[row, :rl] = torch.tensor(s["rewards"], dtype=torch.float32)
+        if rm_scores is not None and s.get("reward_no_tokens"):
+            # A trajectory with no policy id: where verl puts an empty response's score (its last
+            # response slot, a padding slot when there is none), counted in the row's return only.
+            rm_scores[row, rl - 1 if rl else r_len - 1] += float(s["reward_no_tokens"])
     input_ids = torch.cat([prompts, responses], dim=1)
     position_ids = torch.clamp(torch.cumsum(attention, dim=1) - 1, min=0)
 
@@ -386,7 +394,6 @@ def compute_step_advantage(
     nt = data.non_tensor_batch
     mask = b["response_mask"]
     rewards = b["token_level_rewards"]
-    attn_resp = b["attention_mask"][:, -mask.shape[1] :]
     n = mask.shape[0]
     traj = nt[TRAJ_KEY]
     steps = nt[STEP_KEY]
@@ -424,8 +431,9 @@ def compute_step_advantage(
             view_mask[t, :k] = 1
             for key, view in view_tokens.items():
                 view[t, :k] = b[key][r_idx, c_idx]
-        # Reward that sits on no policy token (e.g. a cut trajectory) still counts for the trajectory.
-        total = sum(float((rewards[row] * attn_resp[row]).sum()) for row in rows)
+        # Reward that sits on no policy token (a trajectory without any, whose rewards the expansion
+        # left on a response or padding slot) still counts for the trajectory.
+        total = sum(float(rewards[row].sum()) for row in rows)
         leftover = total - float(view_rewards[t].sum())
         if abs(leftover) > 0:
             view_rewards[t, max(k - 1, 0)] += leftover
