@@ -175,6 +175,31 @@ def test_env_kwargs_are_parsed_as_json_and_bad_ones_are_usage_errors(capsys):
     assert code == 2 and "--env-kwarg expects KEY=VALUE" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command", ["play", "eval"])
+def test_a_bad_env_kwarg_is_one_short_line_as_serve_says_it(command, tmp_path, capsys):
+    """gymnasium appends every kwarg (the tokenizer's whole repr among them) to the constructor's
+    TypeError; play and eval report it as serve does (agent_gym.registry.make_error_message)."""
+    out = tmp_path / "eval.jsonl"
+    extra = ["--episodes", "1", "--no-progress", "--out", str(out)] if command == "eval" else []
+    assert main([command, "AgentR1/GSM8K-v0", "--env-kwarg", "colour=red", *extra]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == "agent-gym: error: AgentR1/GSM8K-v0: AgentEnv.__init__() got an unexpected keyword argument 'colour'\n"
+    assert captured.out == "" and not out.exists()
+
+
+def test_make_error_message_is_what_serve_and_the_cli_print(tokenizer):
+    import gymnasium as gym
+
+    from agent_gym.registry import make_error_message
+
+    with pytest.raises(TypeError) as caught:
+        gym.make("AgentR1/GSM8K-v0", tokenizer=tokenizer, colour="red")
+    assert "with kwargs" in str(caught.value)  # gymnasium's dump, which the message leaves out
+    assert make_error_message("AgentR1/GSM8K-v0", caught.value) == (
+        "AgentR1/GSM8K-v0: AgentEnv.__init__() got an unexpected keyword argument 'colour'"
+    )
+
+
 def test_export_verl_without_the_adapter_says_how_to_install(capsys, monkeypatch):
     import sys
 
@@ -453,6 +478,57 @@ def test_export_verl_bad_tokenizer_is_one_line(tmp_path, monkeypatch, capsys):
     assert code == 2
     assert capsys.readouterr().err == "agent-gym export-verl: error: no such file or folder: ./nope\n"
     assert list(tmp_path.iterdir()) == []
+
+
+def _export_rows(folder):
+    import pyarrow.parquet as pq
+
+    return [json.loads(r["extra_info"]["env_kwargs"]) for r in pq.read_table(folder / "test.parquet").to_pylist()]
+
+
+def test_export_verl_takes_env_kwarg_as_eval_does(tmp_path, monkeypatch, capsys):
+    """--env-kwarg KEY=VALUE (repeatable, VALUE read as JSON) as eval and play take it, --env-kwargs JSON
+    as before, and both together while no key gets two values."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "trainers" / "verl"))
+    common = ["export-verl", "AgentR1/Countdown-v0", "--split", "test", "--limit", "2"]
+    assert main([*common, "--out", str(tmp_path / "a"), "--env-kwarg", "difficulty=easy", "--env-kwarg", "max_turns=2"]) == 0
+    assert main([*common, "--out", str(tmp_path / "b"), "--env-kwargs", '{"difficulty": "easy", "max_turns": 2}']) == 0
+    assert main([*common, "--out", str(tmp_path / "c"), "--env-kwargs", '{"difficulty": "easy"}',
+                 "--env-kwarg", "max_turns=2", "--env-kwarg", "difficulty=easy"]) == 0
+    expected = [{"difficulty": "easy", "max_turns": 2, "split": "test"}] * 2
+    assert _export_rows(tmp_path / "a") == _export_rows(tmp_path / "b") == _export_rows(tmp_path / "c") == expected
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--env-kwargs", '{"difficulty": "easy"}', "--env-kwarg", "difficulty=hard"],
+         "--env-kwargs gives difficulty='easy' and --env-kwarg gives difficulty='hard'; give it once"),
+        (["--env-kwargs", '{"max_turns": 2}', "--env-kwarg", "max_turns=\"2\""],
+         "--env-kwargs gives max_turns=2 and --env-kwarg gives max_turns='2'; give it once"),
+        (["--env-kwargs", '{"flag": true}', "--env-kwarg", "flag=1"],
+         "--env-kwargs gives flag=True and --env-kwarg gives flag=1; give it once"),
+        (["--env-kwarg", "oops"], "--env-kwarg expects KEY=VALUE with a Python identifier as KEY, got 'oops'"),
+        (["--env-kwargs", "[1]"], "--env-kwargs must be a JSON object, got '[1]'"),
+        (["--env-kwarg", "colour=red"], "AgentR1/Countdown-v0: AgentEnv.__init__() got an unexpected keyword argument 'colour'"),
+    ],
+)
+def test_export_verl_env_kwarg_mistakes_are_one_line(args, message, tmp_path, monkeypatch, capsys):
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "trainers" / "verl"))
+    out = tmp_path / "out"
+    assert main(["export-verl", "AgentR1/Countdown-v0", "--split", "test", "--limit", "2", "--out", str(out), *args]) == 2
+    assert capsys.readouterr().err == f"agent-gym export-verl: error: {message}\n"
+    assert not out.exists()
+
+
+def test_export_verl_help_documents_both_forms(capsys, monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "trainers" / "verl"))
+    with pytest.raises(SystemExit):
+        main(["export-verl", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--env-kwarg KEY=VALUE extra env constructor argument, repeatable; VALUE is read as JSON" in text
+    assert "--env-kwargs JSON the same arguments as one JSON object" in text
 
 
 # -- eval's defaults, its stderr lines and the progress bar ------------------------------------------------

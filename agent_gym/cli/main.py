@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-__all__ = ["main", "build_parser", "UsageError"]
+__all__ = ["main", "build_parser", "UsageError", "add_env_kwarg_option", "parse_env_kwargs"]
 
 PROG = "agent-gym"
 
@@ -108,6 +108,12 @@ def _add_env_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("env_id", metavar="ID", help="env id, e.g. AgentR1/GSM8KTool-v0 (the AgentR1/ prefix may be left out)")
     p.add_argument("--split", default="test", help="dataset split (default: %(default)s)")
     p.add_argument("--data-dir", default=None, help="folder with the dataset files (default: the env's own lookup)")
+    add_env_kwarg_option(p)
+
+
+def add_env_kwarg_option(p: argparse.ArgumentParser) -> None:
+    """The repeatable ``--env-kwarg KEY=VALUE`` option (read with :func:`parse_env_kwargs`); every command
+    that makes envs takes it."""
     p.add_argument(
         "--env-kwarg",
         action="append",
@@ -116,16 +122,24 @@ def _add_env_options(p: argparse.ArgumentParser) -> None:
         help="extra env constructor argument, repeatable; VALUE is read as JSON when it parses "
         "(e.g. --env-kwarg difficulty=easy --env-kwarg max_turns=3)",
     )
+    p.add_argument(
+        "--chat-template",
+        default=None,
+        metavar="FILE_OR_NAME",
+        help="the chat template the env renders with, replacing the tokenizer's own: a jinja file or a built-in "
+        "name (completion: plain prose for base models, docs/base-models.md)",
+    )
 
 
-def _env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """Constructor arguments from --split, --data-dir and --env-kwarg."""
-    import json
+def parse_env_kwargs(items: Sequence[str]) -> dict[str, Any]:
+    """``--env-kwarg`` items (``KEY=VALUE``) as constructor arguments: VALUE as JSON when it parses (``3``,
+    ``true``, ``[1, 2]``), else as the text itself; a later item wins over an earlier one.
 
-    kwargs: dict[str, Any] = {"split": args.split}
-    if args.data_dir is not None:
-        kwargs["data_dir"] = args.data_dir
-    for item in args.env_kwarg:
+    Raises:
+        UsageError: an item that is not ``KEY=VALUE`` with a Python identifier as KEY.
+    """
+    kwargs: dict[str, Any] = {}
+    for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.isidentifier():
             raise UsageError(f"--env-kwarg expects KEY=VALUE with a Python identifier as KEY, got {item!r}")
@@ -134,6 +148,30 @@ def _env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         except json.JSONDecodeError:
             kwargs[key] = value
     return kwargs
+
+
+def _env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """Constructor arguments from --split, --data-dir and --env-kwarg."""
+    kwargs: dict[str, Any] = {"split": args.split}
+    if args.data_dir is not None:
+        kwargs["data_dir"] = args.data_dir
+    if getattr(args, "chat_template", None) is not None:
+        kwargs["chat_template"] = _chat_template_arg(args.chat_template)
+    kwargs.update(parse_env_kwargs(args.env_kwarg))
+    return kwargs
+
+
+def _chat_template_arg(value: str) -> str:
+    """``--chat-template``: a file's jinja text, or a built-in template's name (kept as the name, which
+    the env resolves)."""
+    from agent_gym.chat.builtin import CHAT_TEMPLATES
+
+    if os.path.isfile(os.path.expanduser(value)):
+        with open(os.path.expanduser(value), encoding="utf-8") as fh:
+            return fh.read()
+    if value in CHAT_TEMPLATES:
+        return value
+    raise UsageError(f"--chat-template {value!r} is no file and no built-in template (built-in: {', '.join(CHAT_TEMPLATES)})")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -171,7 +209,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_env_options(p)
     p.add_argument("--model", default=None, help="HF model folder or hub name, a LoRA adapter folder, a .gguf file, or a built-in "
                    "name: smollm2-135m-tool (the default: SmolLM2-135M-Instruct with the project's tool-use LoRA) or "
-                   "smollm2-135m-instruct (SmolLM2 alone)")
+                   "smollm2-135m-instruct (SmolLM2 alone); gemma3-270m: Gemma 3 270M, a pretrained base model (its PyPI "
+                   "parts; the completion template; docs/base-models.md)")
     p.add_argument("--episodes", type=positive_int, default=20, help="episodes to run (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="episode i uses seed SEED+i; also seeds sampling (default: %(default)s)")
     p.add_argument("--backend", choices=("transformers", "vllm"), default="transformers",
@@ -278,7 +317,15 @@ def _resolve_env_id(name: str) -> str:
 def _env_factory(env_id: str, **kwargs: Any) -> Callable[[], Any]:
     import gymnasium as gym
 
-    return lambda: gym.make(env_id, **kwargs)
+    from agent_gym.registry import make_error_message
+
+    def make() -> Any:
+        try:
+            return gym.make(env_id, **kwargs)
+        except TypeError as exc:  # an --env-kwarg the env's constructor does not take
+            raise UsageError(make_error_message(env_id, exc)) from None
+
+    return make
 
 
 def _user_errors(what: Callable[[], Any]) -> Any:
@@ -293,7 +340,7 @@ def _user_errors(what: Callable[[], Any]) -> Any:
         raise UsageError(str(exc)) from None
     except KeyError as exc:  # unknown task id: the env's message is the KeyError's argument
         raise UsageError(str(exc.args[0]) if exc.args else repr(exc)) from None
-    except TypeError as exc:  # an --env-kwarg the env's constructor does not take
+    except TypeError as exc:  # serve: its server reports a bad env argument in make_error_message's words
         raise UsageError(_one_line(str(exc))) from None
     except (FileNotFoundError, ValueError) as exc:  # missing dataset, bad split, bad model path
         raise UsageError(_one_line(str(exc))) from None
@@ -474,6 +521,7 @@ def _run_eval(args: argparse.Namespace, env_id: str, out: Path, model_name: str)
     """The eval run: an exit status, or (with --json) the summary to print."""
     from agent_gym.models import cache_dir, load_tokenizer
     from agent_gym.rollout import HFPolicy, run_episodes
+    from agent_gym.rollout.policy import default_stop_ids
     from agent_gym.trajectory import TrajectoryWriter
 
     # The run has its own progress bar; transformers' per-load bars would only clutter it.
@@ -487,8 +535,14 @@ def _run_eval(args: argparse.Namespace, env_id: str, out: Path, model_name: str)
     first_env = _user_errors(make_env)
     slots = min(args.batch_size, args.episodes)
     envs = [first_env] + [make_env] * (slots - 1)
+    # Turns end where the env's template ends them (a --chat-template may end them elsewhere than the
+    # tokenizer's own template does).
+    template = getattr(first_env.unwrapped, "template", None)
+    stop_ids = None if template is None else _user_errors(lambda: default_stop_ids(tokenizer, template.chat_template))
     metadata = {"model": model_name, "temperature": args.temperature, "max_new_tokens": args.max_new_tokens,
                 "backend": args.backend}
+    if args.chat_template is not None:
+        metadata["chat_template"] = args.chat_template
     common = dict(
         episodes=args.episodes,
         base_seed=args.seed,
@@ -503,7 +557,7 @@ def _run_eval(args: argparse.Namespace, env_id: str, out: Path, model_name: str)
 
         policy: Any = _user_errors(
             lambda: VLLMPolicy(args.model, tokenizer=tokenizer, temperature=args.temperature, seed=args.seed,
-                               gpu_memory_utilization=args.gpu_memory_utilization)
+                               gpu_memory_utilization=args.gpu_memory_utilization, stop_ids=stop_ids)
         )
         run = lambda writer: run_episodes_async(envs, policy, concurrency=slots, writer=writer, **common)  # noqa: E731
     else:
@@ -518,6 +572,7 @@ def _run_eval(args: argparse.Namespace, env_id: str, out: Path, model_name: str)
                 temperature=args.temperature,
                 seed=args.seed,
                 batch_size=args.batch_size,
+                stop_ids=stop_ids,
             )
         )
         if not args.no_progress:

@@ -11,7 +11,8 @@ from agent_gym.registry.registry import (
     EnvCard,
     discover_envs,
     list_envs,
+    make_error_message,
     register_env,
 )
 
-__all__ = ["ENTRY_POINT_GROUP", "NAMESPACE", "EnvCard", "discover_envs", "list_envs", "register_env"]
+__all__ = ["ENTRY_POINT_GROUP", "NAMESPACE", "EnvCard", "discover_envs", "list_envs", "make_error_message", "register_env"]

@@ -9,7 +9,7 @@ from typing import Any
 
 import gymnasium as gym
 
-__all__ = ["ENTRY_POINT_GROUP", "NAMESPACE", "EnvCard", "register_env", "discover_envs", "list_envs"]
+__all__ = ["ENTRY_POINT_GROUP", "NAMESPACE", "EnvCard", "register_env", "discover_envs", "list_envs", "make_error_message"]
 
 #: The entry-point group env packages register under.
 ENTRY_POINT_GROUP = "agent_gym.envs"
@@ -94,3 +94,16 @@ def list_envs() -> list[EnvCard]:
     """Cards of every registered env, sorted by id."""
     discover_envs()
     return [_CARDS[k] for k in sorted(_CARDS)]
+
+
+def make_error_message(env_id: str, exc: BaseException) -> str:
+    """The one-line message for a ``TypeError`` that ``gym.make(env_id, ...)`` raised (a constructor
+    argument the env does not take), e.g. ``"AgentR1/GSM8K-v0: AgentEnv.__init__() got an unexpected
+    keyword argument 'colour'"``.
+
+    gymnasium appends every kwarg to the constructor's message (a tokenizer's whole repr among them);
+    that part is dropped, and the env id leads instead. Every command line and server reports a bad env
+    argument through this function, so they all say it the same way.
+    """
+    message = str(exc).split(" was raised from the environment creator", 1)[0]
+    return f"{env_id}: {' '.join(message.split())}"

