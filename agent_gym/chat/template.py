@@ -32,6 +32,8 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from agent_gym.chat.builtin import resolve_chat_template
+
 __all__ = ["ChatTemplate", "ChatTemplateError"]
 
 # Never produced by a tokenizer's normaliser and never special: a safe marker to split rendered text.
@@ -54,7 +56,8 @@ class ChatTemplate:
 
     Args:
         tokenizer: any Hugging Face tokenizer with a chat template.
-        chat_template: a jinja chat template that replaces the tokenizer's own (optional).
+        chat_template: a jinja chat template that replaces the tokenizer's own (optional), or the
+            name of a built-in one (:data:`agent_gym.chat.builtin.CHAT_TEMPLATES`: ``"completion"``).
         tool_role: ``"tool"`` to render tool results with the template's ``tool`` role, ``"user"`` to
             render them as user messages wrapped in ``<tool_response>`` tags, ``None`` (default) to use
             ``tool`` when the template renders it and fall back to ``user`` when it cannot.
@@ -72,7 +75,8 @@ class ChatTemplate:
 
     def __init__(self, tokenizer: Any, *, chat_template: str | None = None, tool_role: str | None = None):
         self.tokenizer = tokenizer
-        self.chat_template = chat_template or getattr(tokenizer, "chat_template", None)
+        # A built-in name ("completion", for base models) stands for its template's text.
+        self.chat_template = resolve_chat_template(chat_template) or getattr(tokenizer, "chat_template", None)
         if not self.chat_template:
             raise ChatTemplateError(
                 f"tokenizer {getattr(tokenizer, 'name_or_path', '?')!r} has no chat template; pass chat_template="

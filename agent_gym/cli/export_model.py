@@ -37,8 +37,13 @@ so generation stops at the end of a turn. The embedded model is dequantised from
 cached), so an export takes seconds after the first. This is the first step of the GPU training
 scripts (examples/run_smollm2-135m_*.sh read ~/models/smollm2-135m-instruct by default).
 
+Gemma 3 270M (--model gemma3-270m), a pretrained base model, gets the completion template as its
+chat template: an answer ends with a blank line, so eos is "\\n\\n" (id 108) and <eos> (id 1) stops
+too (config and generation config list both; pad <pad>, id 0). docs/base-models.md says more.
+
 examples:
   agent-gym export-model --out ~/models/smollm2-135m-instruct
+  agent-gym export-model --model gemma3-270m --out ~/models/gemma3-270m
   agent-gym export-model --out ~/models/smollm2-fp32 --dtype float32
   agent-gym export-model --model ./my-checkpoint --out ~/models/ckpt --force"""
 
@@ -54,11 +59,14 @@ class ExportedModel:
     eos_token_id: int
     pad_token: str | None
     pad_token_id: int | None
+    also_stops: tuple[tuple[str, int], ...] = ()  # further eos ids of config and generation config
 
     def describe(self) -> str:
         pad = f", pad {self.pad_token} (id {self.pad_token_id})" if self.pad_token_id is not None else ""
+        also = "".join(f", also stops at {token} (id {i})" for token, i in self.also_stops)
+        eos = self.eos_token if self.eos_token.strip() else repr(self.eos_token)  # "\n\n" shown as such
         return (f"wrote {self.path} ({self.parameters / 1e6:.0f}M parameters, {self.dtype}; "
-                f"eos {self.eos_token} (id {self.eos_token_id}){pad})")
+                f"eos {eos} (id {self.eos_token_id}){also}{pad})")
 
 
 def _check_target(out: Path, force: bool) -> None:
@@ -150,6 +158,10 @@ def export_model(
         lm = lm.merge_and_unload()
     tokenizer = copy.deepcopy(load_tokenizer(model))  # the loader's copy is memoised: never mutate it
     eos, eos_id = _end_of_turn(tokenizer)
+    # A turn also ends at the tokenizer's own eos where that is another token (a base model with the
+    # completion template ends an answer with a blank line, a document with <eos>): config and
+    # generation config list both, the end of turn first.
+    stops = [eos_id] + [int(t) for t in [tokenizer.eos_token_id] if t is not None and int(t) != eos_id]
     tokenizer.eos_token = eos
     if tokenizer.pad_token_id is None or tokenizer.pad_token_id == eos_id:
         # a pad distinct from eos, where the vocabulary has one (SmolLM2: <|endoftext|>)
@@ -160,12 +172,16 @@ def export_model(
     pad_id = tokenizer.pad_token_id
 
     config = lm.config
-    if not _includes(config.eos_token_id, eos_id):
+    if len(stops) > 1:
+        config.eos_token_id = stops
+    elif not _includes(config.eos_token_id, eos_id):
         config.eos_token_id = eos_id
     if pad_id is not None:
         config.pad_token_id = pad_id
     generation = copy.deepcopy(lm.generation_config) if getattr(lm, "generation_config", None) else GenerationConfig()
-    if not _includes(generation.eos_token_id, eos_id):
+    if len(stops) > 1:
+        generation.eos_token_id = stops
+    elif not _includes(generation.eos_token_id, eos_id):
         generation.eos_token_id = eos_id
     if pad_id is not None:
         generation.pad_token_id = pad_id
@@ -204,6 +220,7 @@ def export_model(
         eos_token_id=eos_id,
         pad_token=tokenizer.pad_token,
         pad_token_id=pad_id,
+        also_stops=tuple((tokenizer.convert_ids_to_tokens(i), i) for i in stops[1:]),
     )
 
 
@@ -230,6 +247,11 @@ def _portable(folder: Path) -> None:
         rope = data.get("rope_parameters")
         if isinstance(rope, dict) and "rope_theta" in rope and "rope_theta" not in data:
             data["rope_theta"] = rope["rope_theta"]
+        # Per layer type (Gemma 3: global and sliding-window layers), 4.x reads two keys.
+        if isinstance(rope, dict) and isinstance(rope.get("full_attention"), dict) and "rope_theta" not in data:
+            data["rope_theta"] = rope["full_attention"].get("rope_theta")
+            if isinstance(rope.get("sliding_attention"), dict) and "rope_local_base_freq" not in data:
+                data["rope_local_base_freq"] = rope["sliding_attention"].get("rope_theta")
 
     def tokenizer(data: dict[str, Any]) -> None:
         if data.get("tokenizer_class") == "TokenizersBackend":
@@ -276,7 +298,7 @@ def add_parser(subparsers: Any, formatter_class: Any = argparse.RawDescriptionHe
     )
     p.add_argument("--out", required=True, metavar="DIR", help="folder to write (must be empty or new, unless --force)")
     p.add_argument("--model", default=None, metavar="NAME_OR_PATH",
-                   help="a built-in name (smollm2-135m-instruct, smollm2-135m-tool), .gguf file, model or LoRA adapter folder, "
+                   help="a built-in name (smollm2-135m-instruct, smollm2-135m-tool, gemma3-270m), .gguf file, model or LoRA adapter folder, "
                    "or hub name (default: smollm2-135m-instruct, the embedded SmolLM2 without the tool-use adapter)")
     p.add_argument("--dtype", choices=DTYPES, default="bfloat16", help="weight dtype (default: %(default)s)")
     p.add_argument("--force", action="store_true", help="overwrite the model files of a non-empty folder")

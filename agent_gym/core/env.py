@@ -97,7 +97,8 @@ class AgentEnv(gym.Env[ObsType, np.ndarray]):
         tool_format: how tool calls are written and the tools offered: a format registered in
             :data:`agent_gym.tools.PARSERS` (``"hermes"``, ``"qwen3_coder"``, ``"pythonic"``) or a
             parser object. A format that cannot express the tools raises ``ValueError`` here.
-        chat_template: a jinja chat template replacing the tokenizer's own.
+        chat_template: a jinja chat template replacing the tokenizer's own, or a built-in one by
+            name (``"completion"``: plain prose for base models, see docs/base-models.md).
         render_mode: ``"ansi"`` (``render()`` returns the conversation) or ``"human"`` (prints it).
 
     Observation: ``{"messages", "tools", "prompt_ids"}`` (see :class:`ChatContextSpace`).

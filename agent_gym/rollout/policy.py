@@ -43,18 +43,20 @@ class Generation:
             raise ValueError(f"{len(self.logprobs)} logprobs for {len(self.ids)} ids; need one per id")
 
 
-def default_stop_ids(tokenizer: Any) -> list[int]:
+def default_stop_ids(tokenizer: Any, chat_template: str | None = None) -> list[int]:
     """The ids that end an assistant turn: the chat template's end-of-turn ids plus the tokenizer's eos.
 
     Every engine backend uses this default so that a turn ends on the same token whichever engine
-    generated it (the env expects its end-of-turn token inside the action).
+    generated it (the env expects its end-of-turn token inside the action). ``chat_template``: the
+    template the env renders with, where it is not the tokenizer's own (a jinja text or a built-in
+    name, as the env's ``chat_template=`` takes it).
 
     Raises:
         ValueError: the tokenizer has neither an end-of-turn token nor an eos id.
     """
     from agent_gym.chat.template import ChatTemplate
 
-    stop_ids = [int(t) for t in ChatTemplate(tokenizer).end_of_turn_ids]
+    stop_ids = [int(t) for t in ChatTemplate(tokenizer, chat_template=chat_template).end_of_turn_ids]
     eos = tokenizer.eos_token_id
     if eos is not None and int(eos) not in stop_ids:
         stop_ids.append(int(eos))
