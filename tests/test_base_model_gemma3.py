@@ -331,9 +331,15 @@ def test_the_export_loads_from_its_path_alone_and_stops_at_a_blank_line(exported
     ids = torch.tensor([prompt])
     with torch.no_grad():
         assert torch.equal(reloaded(ids).logits, load_causal_lm(GEMMA3_BASE_MODEL, dtype=torch.bfloat16)(ids).logits)
-        out = reloaded.generate(ids, max_new_tokens=32, do_sample=False)  # the folder's generation config
+    # greedy decoding stops at the blank line by the folder's own generation config (on easy
+    # Countdown, whose worked examples show answers ending so)
+    env = gym.make("AgentR1/Countdown-v0", tokenizer=tokenizer, split="test", difficulty="easy")
+    prompt = env.reset(seed=0)[0]["prompt_ids"].tolist()
+    with torch.no_grad():
+        out = reloaded.generate(torch.tensor([prompt]), max_new_tokens=64, do_sample=False)
     new = out[0, len(prompt):].tolist()
     assert new[-1] == BLANK_LINE and BLANK_LINE not in new[:-1] and EOS not in new
+    assert "<answer>" in tokenizer.decode(new) and tokenizer.decode(new).endswith("</answer>\n\n")
 
 
 @needs_parts
