@@ -81,6 +81,9 @@ class GGUFPackages:
         end_of_turn: the token generation stops at (eos in exported folders), with ``stop_also``
             the further ids a turn may end with.
         pad: the padding token.
+        tokenizer_check: a text and the ids the model's own tokenizer gives it; a tokenizer read from
+            the GGUF that gives other ids is refused (older transformers read some GGUF vocabularies
+            as another kind of model), with ``tokenizer_needs`` saying which transformers reads it right.
     """
 
     name: str
@@ -92,6 +95,8 @@ class GGUFPackages:
     end_of_turn: str
     stop_also: tuple[str, ...] = ()
     pad: str | None = None
+    tokenizer_check: tuple[str, tuple[int, ...]] | None = None
+    tokenizer_needs: str = ""
 
     @property
     def install_command(self) -> str:
@@ -118,6 +123,14 @@ GGUF_MODELS: dict[str, GGUFPackages] = {
         end_of_turn="\n\n",
         stop_also=("<eos>",),
         pad="<pad>",
+        # Gemma's vocabulary is a SentencePiece BPE; transformers before 5.18 reads this GGUF's as a
+        # Unigram model, which splits words differently ("are" as "a", "r", "e") and two spaces apart.
+        tokenizer_check=(
+            "You are playing.\n\nUser: 3, 9\tis 12 \u2014 \u00e9 \u6570\u5b66 \U0001f642  x\nAssistant:",
+            (3048, 659, 5662, 236761, 108, 2887, 236787, 236743, 236800, 236764, 236743, 236819, 255968, 511, 236743,
+             236770, 236778, 2192, 1559, 66197, 237393, 57235, 138, 236781, 107, 74314, 236787),
+        ),
+        tokenizer_needs="transformers>=5.18",
     ),
 }
 
@@ -366,8 +379,11 @@ def _load_tokenizer_cached(source: ModelSource) -> Any:
     converted = cache_dir() / "tokenizers" / f"{source.converted_name}-transformers{_transformers_major_minor()}"
     if (converted / "tokenizer_config.json").is_file():
         try:
-            return AutoTokenizer.from_pretrained(str(converted))
-        except Exception:  # a stale or partial cache: rebuild it below
+            cached = AutoTokenizer.from_pretrained(str(converted))
+            if source.packaged is not None:
+                _check_packaged_tokenizer(cached, GGUF_MODELS[source.packaged])
+            return cached
+        except Exception:  # a stale, partial or wrongly read cache: rebuild it below
             pass
     tok = AutoTokenizer.from_pretrained(source.path, **source.kwargs)
     if source.is_default:
@@ -390,9 +406,28 @@ def _fix_packaged_tokenizer(tok: Any, spec: GGUFPackages) -> None:
     the template's end of turn and at eos (:func:`agent_gym.rollout.policy.default_stop_ids`)."""
     from agent_gym.chat.builtin import builtin_chat_template
 
+    _check_packaged_tokenizer(tok, spec)
     tok.chat_template = builtin_chat_template(spec.chat_template)
     if spec.pad is not None:
         tok.pad_token = spec.pad
+
+
+def _check_packaged_tokenizer(tok: Any, spec: GGUFPackages) -> None:
+    """Raise ImportError (naming the transformers that reads it right) when ``tok`` splits
+    ``spec.tokenizer_check``'s text otherwise than the model's own tokenizer does."""
+    if spec.tokenizer_check is None:
+        return
+    text, want = spec.tokenizer_check
+    got = tuple(tok.encode(text, add_special_tokens=False))
+    if got != want:
+        from importlib.metadata import version
+
+        raise ImportError(
+            f"transformers {version('transformers')} reads the tokenizer of {spec.name}'s GGUF wrongly "
+            f"({text[:16]!r} gives ids {list(got[:6])}..., the model's tokenizer {list(want[:6])}...); "
+            f"{spec.tokenizer_needs} reads it right: convert it with that "
+            f"(`agent-gym export-model --model {spec.name} --out DIR`) and use DIR, which any transformers loads"
+        )
 
 
 def load_causal_lm(model: str | os.PathLike[str] | None = None, **kwargs: Any) -> Any:

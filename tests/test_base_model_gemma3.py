@@ -67,7 +67,7 @@ def test_the_name_and_its_packages():
     assert builtin_names()[:2] == ["smollm2-135m-tool", "smollm2-135m-instruct"]
     assert SPEC.install_command == INSTALL
     assert [member for _, _, member in SPEC.parts] == [f"data/gemma-3-270m-q4_k_m.gguf.part0{i}" for i in range(4)]
-    assert SPEC.sha256.startswith("a5fd3b62")
+    assert SPEC.sha256.startswith("a5fd3b62") and SPEC.tokenizer_needs == "transformers>=5.18"
 
 
 @needs_parts
@@ -146,6 +146,29 @@ def test_parts_that_join_to_another_file_are_refused(tmp_path, monkeypatch):
         f"(packages of mismatched versions?); reinstall them: `{INSTALL} --force-reinstall`"
     )
     assert list((tmp_path / "gguf").iterdir()) == []  # neither the file nor a temporary one
+
+
+@needs_parts
+def test_a_tokenizer_read_wrongly_from_the_gguf_is_refused(tmp_path, monkeypatch, capsys):
+    """transformers before 5.18 reads Gemma's BPE vocabulary from the GGUF as a Unigram model (other
+    ids for common words); the check that refuses it, here made to fail by expecting other ids."""
+    from importlib.metadata import version
+
+    monkeypatch.setenv("AGENT_GYM_CACHE", str(tmp_path))
+    text, ids = SPEC.tokenizer_check
+    monkeypatch.setitem(models.GGUF_MODELS, GEMMA3_BASE_MODEL,
+                        dataclasses.replace(SPEC, tokenizer_check=(text, (3048, 496, 500) + ids[3:])))
+    want = (f"transformers {version('transformers')} reads the tokenizer of gemma3-270m's GGUF wrongly ('You are playing.' "
+            "gives ids [3048, 659, 5662, 236761, 108, 2887]..., the model's tokenizer [3048, 496, 500, 236761, 108, 2887]...); "
+            "transformers>=5.18 reads it right: convert it with that (`agent-gym export-model --model gemma3-270m --out DIR`) "
+            "and use DIR, which any transformers loads")
+    with pytest.raises(ImportError) as info:
+        models.load_tokenizer(GEMMA3_BASE_MODEL)
+    assert str(info.value) == want
+    assert not (tmp_path / "tokenizers").exists()  # nothing cached
+    assert main(["export-model", "--model", GEMMA3_BASE_MODEL, "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == f"agent-gym: error: {want}\n"
+    assert not (tmp_path / "models").exists()  # refused before the weights are converted
 
 
 # -- the tokenizer and the completion template ------------------------------------------------------------

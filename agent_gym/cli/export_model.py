@@ -153,10 +153,12 @@ def export_model(
     import torch
     from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
+    # The tokenizer first: it is cheap, and a built-in's is checked as it is read (gemma3-270m's needs
+    # transformers>=5.18), before minutes go into the weights.
+    tokenizer = copy.deepcopy(load_tokenizer(model))  # the loader's copy is memoised: never mutate it
     lm = load_causal_lm(model, dtype=getattr(torch, dtype))
     if hasattr(lm, "merge_and_unload"):  # a PEFT model: write the merged weights, not the adapter
         lm = lm.merge_and_unload()
-    tokenizer = copy.deepcopy(load_tokenizer(model))  # the loader's copy is memoised: never mutate it
     eos, eos_id = _end_of_turn(tokenizer)
     # A turn also ends at the tokenizer's own eos where that is another token (a base model with the
     # completion template ends an answer with a blank line, a document with <eos>): config and
