@@ -379,3 +379,54 @@ def test_the_base_model_continues_text_and_answers_in_the_completion_format(gemm
     with torch.no_grad():
         out = lm.generate(ids, max_new_tokens=8, do_sample=False, pad_token_id=PAD)
     assert gemma.decode(out[0, ids.shape[1]:]) == " the capital of the country of France."
+
+
+# -- the GPU recipe's first steps (no verl needed: it stops before verl starts) ---------------------------
+
+
+def run_recipe(home: Path) -> tuple[str, list[str]]:
+    """examples/run_gemma3-270m_countdown.sh with HOME=home: (the missing path, the commands it prints)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("MODEL_PATH", "DATA_DIR", "AGENT_GYM_VERL_DRY_RUN")}
+    env.update(HOME=str(home), PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+               PYTHONPATH=os.pathsep.join([str(REPO / "trainers" / "verl"), env.get("PYTHONPATH", "")]))
+    proc = subprocess.run(["bash", str(REPO / "examples" / "run_gemma3-270m_countdown.sh")], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    lines = proc.stderr.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("run_gemma3-270m_countdown.sh: "))
+    head = lines[at]
+    assert head.endswith(" is missing; make it first with:"), head
+    commands = [line[2:] for line in lines[at + 1:] if line.startswith("  ")]
+    return head[len("run_gemma3-270m_countdown.sh: "): -len(" is missing; make it first with:")], commands
+
+
+def test_the_countdown_recipe_names_the_commands_docs_base_models_gives(tmp_path):
+    """The script stops before verl starts when the model or the data is missing, printing the command
+    that makes it; docs/base-models.md gives the same commands word for word (~ for $HOME)."""
+    doc = (REPO / "docs" / "base-models.md").read_text()
+    documented = [line.split() for line in doc.splitlines()]
+    path, commands = run_recipe(tmp_path)
+    assert path == f"{tmp_path}/models/gemma3-270m/config.json"
+    assert commands == [f"agent-gym export-model --model gemma3-270m --out {tmp_path}/models/gemma3-270m"]
+    model = tmp_path / "models" / "gemma3-270m"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    data = tmp_path / "data" / "countdown_easy_gemma3"
+    path, [train] = run_recipe(tmp_path)
+    assert path == f"{data}/train.parquet"
+    data.mkdir(parents=True)
+    (data / "train.parquet").write_bytes(b"")
+    path, [test] = run_recipe(tmp_path)
+    assert path == f"{data}/test.parquet"
+    for command, split, limit in ((train, "train", 4096), (test, "test", 256)):
+        assert command == (
+            f"agent-gym export-verl AgentR1/Countdown-v0 --split {split} --out {data} --mode step --env-kwarg "
+            f"difficulty=easy --env-kwarg chat_template=completion --tokenizer {model} --limit {limit}"
+        )
+    for command in (commands[0], train, test):
+        words = command.replace(str(tmp_path), "~").split()
+        assert any(line[: len(words)] == words for line in documented), (command, "not in docs/base-models.md")
