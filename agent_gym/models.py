@@ -77,9 +77,8 @@ class GGUFPackages:
         parts: ``(distribution, import package, path of the part inside the package)`` in file order.
         sha256: the joined file's digest; a join that does not match is refused.
         chat_template: the name of the built-in chat template its tokenizer gets
-            (:data:`agent_gym.chat.builtin.CHAT_TEMPLATES`): the GGUF carries none.
-        end_of_turn: the token generation stops at (eos in exported folders), with ``stop_also``
-            the further ids a turn may end with.
+            (:data:`agent_gym.chat.builtin.CHAT_TEMPLATES`): the GGUF carries none. Where its turns
+            end (the generation stop, the exported eos) follows from it, as for any template.
         pad: the padding token.
         tokenizer_check: a text and the ids the model's own tokenizer gives it; a tokenizer read from
             the GGUF that gives other ids is refused (older transformers read some GGUF vocabularies
@@ -92,8 +91,6 @@ class GGUFPackages:
     parts: tuple[tuple[str, str, str], ...]
     sha256: str
     chat_template: str
-    end_of_turn: str
-    stop_also: tuple[str, ...] = ()
     pad: str | None = None
     tokenizer_check: tuple[str, tuple[int, ...]] | None = None
     tokenizer_needs: str = ""
@@ -117,11 +114,9 @@ GGUF_MODELS: dict[str, GGUFPackages] = {
             for i in range(4)
         ),
         sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        # Prose turns; an answer ends with a blank line, one token of Gemma's (id 108), which a base
+        # model writes after a finished paragraph; <eos> (the end of a document) ends it too.
         chat_template="completion",
-        # The completion template ends an answer with a blank line, the token a base model writes
-        # after a finished paragraph; <eos> (the end of a document) ends it too.
-        end_of_turn="\n\n",
-        stop_also=("<eos>",),
         pad="<pad>",
         # Gemma's vocabulary is a SentencePiece BPE; transformers before 5.18 reads this GGUF's as a
         # Unigram model, which splits words differently ("are" as "a", "r", "e") and two spaces apart.
