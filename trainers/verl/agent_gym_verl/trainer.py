@@ -20,6 +20,12 @@
 
 At construction the trainer checks the settings step mode cannot honour (the advantage estimator,
 enumerated from verl's enum at run time) so that a bad run fails at start-up.
+
+Validation (``_validate``, both verl versions) gets two metrics per data source on top of verl's own:
+``val-aux/<data_source>/tool_call_validity`` (the answered tool calls that parsed and ran, as a fraction
+of all answered calls: the ratio of the sums, from the ``tool_calls_valid`` and ``tool_calls_answered``
+means verl logs) and ``val-aux/<data_source>/episodes`` (how many episodes the means are over, for
+standard errors).
 """
 
 from __future__ import annotations
@@ -27,7 +33,9 @@ from __future__ import annotations
 import functools
 import logging
 import math
-from typing import Any
+import re
+from collections import Counter
+from typing import Any, Mapping
 
 from agent_gym_verl import compat
 from agent_gym_verl.step_advantage import (
@@ -36,6 +44,7 @@ from agent_gym_verl.step_advantage import (
     expand_step_batch,
     is_expanded,
     is_step_batch,
+    tool_call_validity,
     trajectory_metrics,
 )
 
@@ -46,6 +55,7 @@ __all__ = [
     "step_aware_compute_advantage",
     "dataset_uses_step_mode",
     "step_sample_kind",
+    "validation_metrics",
     "STEP_AGENT_NAME",
 ]
 
@@ -87,6 +97,32 @@ def step_aware_compute_advantage(base: Any) -> Any:
 
     compute_advantage.__agent_gym_base__ = base  # type: ignore[attr-defined]
     return compute_advantage
+
+
+_VALID_KEY = re.compile(r"^val-aux/(?P<source>.+)/tool_calls_valid/mean@(?P<n>\d+)$")
+
+
+def validation_metrics(metrics: Mapping[str, Any], episodes: Mapping[str, int] | None = None) -> dict[str, float]:
+    """The metrics validation adds to verl's own ``metrics`` (see the module docstring), per data source:
+    ``val-aux/<source>/tool_call_validity`` from verl's ``tool_calls_valid`` and ``tool_calls_answered``
+    means (the largest ``@n`` verl logged), where some call was answered, and
+    ``val-aux/<source>/episodes`` from ``episodes`` (episodes per data source)."""
+    extra: dict[str, float] = {}
+    best: dict[str, int] = {}
+    for key in metrics:
+        match = _VALID_KEY.match(key)
+        if match and int(match["n"]) >= best.get(match["source"], 0):
+            best[match["source"]] = int(match["n"])
+    for source, n in best.items():
+        validity = tool_call_validity(
+            metrics.get(f"val-aux/{source}/tool_calls_valid/mean@{n}"),
+            metrics.get(f"val-aux/{source}/tool_calls_answered/mean@{n}"),
+        )
+        if validity is not None:
+            extra[f"val-aux/{source}/tool_call_validity"] = validity
+    for source, count in (episodes or {}).items():
+        extra[f"val-aux/{source}/episodes"] = float(count)
+    return extra
 
 
 def _fixed_micro(section: Any, micro_key: str, dynamic_key: str) -> int | None:
@@ -204,6 +240,23 @@ def agent_gym_trainer_class(base: type) -> type:
             if not self._agent_gym_balance:
                 return None
             return super()._balance_batch(batch, metrics, logging_prefix=logging_prefix, keep_minibatch=keep_minibatch)
+
+        def _validate(self, *args: Any, **kwargs: Any) -> Any:
+            metrics = super()._validate(*args, **kwargs)
+            merged = kwargs.get("merged", args[0] if args else False)  # verl 0.9: raw results, metrics later
+            if isinstance(metrics, dict) and not merged:
+                metrics.update(validation_metrics(metrics, self._agent_gym_val_episodes()))
+            return metrics
+
+        def _agent_gym_val_episodes(self) -> dict[str, int]:
+            """Validation episodes per data source: the val dataset's rows times ``val_kwargs.n``."""
+            frame = getattr(getattr(self, "val_dataset", None), "dataframe", None)
+            try:
+                sources = list(frame["data_source"])
+            except (TypeError, KeyError, ValueError):
+                return {}
+            n = int(self.config.actor_rollout_ref.rollout.val_kwargs.get("n", 1) or 1)
+            return {str(source): count * n for source, count in Counter(sources).items()}
 
         def _agent_gym_pad_multiple(self) -> int:
             """Row count the expanded batch is padded to a multiple of (see :func:`step_pad_multiple`)."""
