@@ -49,6 +49,7 @@ python3 -m agent_gym_verl.main_ppo \
     data.val_files="$DATA_DIR/test.parquet" \
     data.train_batch_size=64 \
     data.val_max_samples=256 `# a quick validation` \
+    data.seed=0 `# the same 256 validation problems every run (verl draws them at random, from this seed)` \
     data.max_prompt_length=1024 `# step mode: longest context a turn sees (system prompt + tools ~300)` \
     data.max_response_length=$RESPONSE_LENGTH \
     data.filter_overlong_prompts=True \
