@@ -480,26 +480,6 @@ def test_export_verl_bad_tokenizer_is_one_line(tmp_path, monkeypatch, capsys):
     assert list(tmp_path.iterdir()) == []
 
 
-def _export_rows(folder):
-    import pyarrow.parquet as pq
-
-    return [json.loads(r["extra_info"]["env_kwargs"]) for r in pq.read_table(folder / "test.parquet").to_pylist()]
-
-
-def test_export_verl_takes_env_kwarg_as_eval_does(tmp_path, monkeypatch, capsys):
-    """--env-kwarg KEY=VALUE (repeatable, VALUE read as JSON) as eval and play take it, --env-kwargs JSON
-    as before, and both together while no key gets two values."""
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "trainers" / "verl"))
-    common = ["export-verl", "AgentR1/Countdown-v0", "--split", "test", "--limit", "2"]
-    assert main([*common, "--out", str(tmp_path / "a"), "--env-kwarg", "difficulty=easy", "--env-kwarg", "max_turns=2"]) == 0
-    assert main([*common, "--out", str(tmp_path / "b"), "--env-kwargs", '{"difficulty": "easy", "max_turns": 2}']) == 0
-    assert main([*common, "--out", str(tmp_path / "c"), "--env-kwargs", '{"difficulty": "easy"}',
-                 "--env-kwarg", "max_turns=2", "--env-kwarg", "difficulty=easy"]) == 0
-    expected = [{"difficulty": "easy", "max_turns": 2, "split": "test"}] * 2
-    assert _export_rows(tmp_path / "a") == _export_rows(tmp_path / "b") == _export_rows(tmp_path / "c") == expected
-    assert capsys.readouterr().err == ""
-
-
 @pytest.mark.parametrize(
     "args,message",
     [

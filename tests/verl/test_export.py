@@ -16,6 +16,7 @@ import gymnasium as gym  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 import agent_gym  # noqa: E402,F401
+from agent_gym.cli.main import main as cli_main  # noqa: E402
 from agent_gym_verl.export import export_env, main  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -89,3 +90,22 @@ def test_command_line_and_example_scripts(tmp_path, monkeypatch):
             assert row["extra_info"]["env_id"] == env_id and row["agent_name"] == agent
             assert row["data_source"] == "openai/gsm8k" and row["ability"] == "math"
             assert "," not in row["reward_model"]["ground_truth"]
+
+
+# -- agent-gym export-verl: --env-kwarg KEY=VALUE and --env-kwargs JSON (parquet needs pyarrow, which comes with verl)
+
+def _export_rows(folder):
+    return [json.loads(r["extra_info"]["env_kwargs"]) for r in pq.read_table(folder / "test.parquet").to_pylist()]
+
+
+def test_export_verl_takes_env_kwarg_as_eval_does(tmp_path, capsys):
+    """--env-kwarg KEY=VALUE (repeatable, VALUE read as JSON) as eval and play take it, --env-kwargs JSON
+    as before, and both together while no key gets two values."""
+    common = ["export-verl", "AgentR1/Countdown-v0", "--split", "test", "--limit", "2"]
+    assert cli_main([*common, "--out", str(tmp_path / "a"), "--env-kwarg", "difficulty=easy", "--env-kwarg", "max_turns=2"]) == 0
+    assert cli_main([*common, "--out", str(tmp_path / "b"), "--env-kwargs", '{"difficulty": "easy", "max_turns": 2}']) == 0
+    assert cli_main([*common, "--out", str(tmp_path / "c"), "--env-kwargs", '{"difficulty": "easy"}',
+                     "--env-kwarg", "max_turns=2", "--env-kwarg", "difficulty=easy"]) == 0
+    expected = [{"difficulty": "easy", "max_turns": 2, "split": "test"}] * 2
+    assert _export_rows(tmp_path / "a") == _export_rows(tmp_path / "b") == _export_rows(tmp_path / "c") == expected
+    assert capsys.readouterr().err == ""
