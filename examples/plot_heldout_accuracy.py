@@ -25,7 +25,6 @@ Exit status: 0 on success, 1 on a bad input file (or no validation in it, or no 
 from __future__ import annotations
 
 import argparse
-import csv
 import importlib.util
 import math
 import sys
@@ -142,14 +141,8 @@ def build_rows(parts: Sequence[Run], source: str, *, val_n: int | None = None, o
 
 
 def write_csv(path: Path, rows: Sequence[dict[str, Any]]) -> None:
-    try:
-        with path.open("w", newline="", encoding="utf-8") as fh:
-            writer = csv.writer(fh, lineterminator="\n")
-            writer.writerow(COLUMNS)
-            for row in rows:
-                writer.writerow(["" if row[c] is None else (f"{row[c]:.6g}" if isinstance(row[c], float) else row[c]) for c in COLUMNS])
-    except OSError as exc:
-        raise CurveError(f"cannot write {path}: {exc}") from None
+    """The rows under the header COLUMNS (plot_training_curve's writer), floats to 6 significant digits."""
+    _curve.write_csv(path, [{c: f"{v:.6g}" if isinstance(v, float) else v for c, v in row.items()} for row in rows], COLUMNS)
 
 
 def summarize(rows: Sequence[dict[str, Any]], source: str) -> str:
@@ -175,15 +168,9 @@ def summarize(rows: Sequence[dict[str, Any]], source: str) -> str:
 
 def plot(rows: Sequence[dict[str, Any]], path: Path, title: str, train: Sequence[tuple[int, float]] = ()) -> None:
     _curve.require_matplotlib()
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     ns = sorted({r["val_n"] for r in rows})
     n_label = f"N={ns[0]}" if len(ns) == 1 else "N=" + "/".join(map(str, ns))
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), dpi=120, sharex=True, gridspec_kw={"height_ratios": [3, 1.4]})
-    try:
+    with _curve.png_figure(path, 2, 1, figsize=(8, 6), dpi=120, sharex=True, gridspec_kw={"height_ratios": [3, 1.4]}) as (_, (top, bottom)):
         xs = [r["step"] for r in rows]
         top.errorbar(xs, [r["val_acc"] for r in rows], yerr=[r["val_se"] for r in rows], fmt="o-", color="tab:orange",
                      capsize=3, linewidth=1.5, label=f"held-out greedy accuracy, {n_label} (+-1 SE)")
@@ -208,12 +195,6 @@ def plot(rows: Sequence[dict[str, Any]], path: Path, title: str, train: Sequence
         bottom.set_ylabel("validity (%)")
         bottom.set_xlabel("training step" + (" (dotted: a part starts on a fresh machine)" if starts else ""))
         bottom.legend(loc="lower left", fontsize=8)
-        fig.tight_layout()
-        fig.savefig(path, format="png")
-    except OSError as exc:
-        raise CurveError(f"cannot write {path}: {exc}") from None
-    finally:
-        plt.close(fig)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -18,12 +18,13 @@ Run ``python examples/plot_training_curve.py --help`` for the details.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import math
 import statistics
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -302,6 +303,27 @@ def require_matplotlib() -> None:
         raise CurveError("--png needs matplotlib, which is not installed: pip install matplotlib") from None
 
 
+@contextlib.contextmanager
+def png_figure(path: Path, *args: Any, **kwargs: Any) -> Iterator[Any]:
+    """``plt.subplots(*args, **kwargs)`` (headless), drawn by the ``with`` body, then written to ``path`` as
+    a PNG and closed; an OSError while drawing or writing becomes :class:`CurveError`."""
+    require_matplotlib()
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(*args, **kwargs)
+    try:
+        yield fig, axes
+        fig.tight_layout()
+        fig.savefig(path, format="png")
+    except OSError as exc:
+        raise CurveError(f"cannot write {path}: {exc}") from None
+    finally:
+        plt.close(fig)
+
+
 def moving_average(values: Sequence[float], window: int) -> list[float]:
     """Trailing moving average; the first ``window - 1`` points average what is there so far."""
     out: list[float] = []
@@ -316,19 +338,13 @@ def moving_average(values: Sequence[float], window: int) -> list[float]:
 
 def plot_curve(rows: Sequence[dict[str, float | None]], path: Path, title: str) -> None:
     """Draw train and validation reward against the training step into ``path`` (PNG)."""
-    require_matplotlib()
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    require_matplotlib()  # before the data checks: a missing matplotlib is what --png reports first
     train = _series(rows, "train_reward")
     val = _series(rows, "val_reward")
     if not train and not val:
         raise CurveError("nothing to plot: no train or validation reward in any step")
 
-    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=120)
-    try:
+    with png_figure(path, figsize=(8, 4.5), dpi=120) as (_, ax):
         if train:
             xs, ys = zip(*train)
             ax.plot(xs, ys, color="tab:blue", linewidth=1.2, alpha=0.8, label="train reward")
@@ -361,12 +377,6 @@ def plot_curve(rows: Sequence[dict[str, float | None]], path: Path, title: str) 
         ax.set_title(title)
         ax.grid(True, alpha=0.3)
         ax.legend(loc="best")
-        fig.tight_layout()
-        fig.savefig(path, format="png")
-    except OSError as exc:
-        raise CurveError(f"cannot write {path}: {exc}") from None
-    finally:
-        plt.close(fig)
 
 
 # --------------------------------------------------------------------------------------- CLI
