@@ -5,9 +5,9 @@
 #
 #   agent-gym export-model --out ~/models/smollm2-135m-instruct   # the model as a HF folder (MODEL_PATH)
 #   agent-gym export-verl AgentR1/Countdown-v0 --split train --out ~/data/countdown_easy --mode step \
-#       --env-kwargs '{"difficulty": "easy"}' --limit 4096            # 4096 training tasks (DATA_DIR)
+#       --env-kwarg difficulty=easy --limit 4096   # 4096 training tasks (DATA_DIR)
 #   agent-gym export-verl AgentR1/Countdown-v0 --split test --out ~/data/countdown_easy --mode step \
-#       --env-kwargs '{"difficulty": "easy"}' --limit 256             # a 256-task validation set
+#       --env-kwarg difficulty=easy --limit 256    # a 256-task validation set
 #   bash examples/run_smollm2-135m_countdown.sh [more hydra overrides]
 #
 # MODEL_PATH: a Hugging Face folder of SmolLM2-135M-Instruct. vLLM does not read the GGUF file of the
@@ -33,7 +33,7 @@ require_model "agent-gym export-model --out $MODEL_PATH"
 for split_limit in train:4096 test:256; do
   split=${split_limit%:*} limit=${split_limit#*:}
   require_input "$DATA_DIR/$split.parquet" "agent-gym export-verl AgentR1/Countdown-v0 --split $split --out $DATA_DIR \
---mode step --env-kwargs '{\"difficulty\": \"easy\"}' --limit $limit"
+--mode step --env-kwarg difficulty=easy --limit $limit"
 done
 export VLLM_USE_FLASHINFER_SAMPLER=0 HYDRA_FULL_ERROR=1
 
