@@ -16,11 +16,17 @@ the env's return (agent_gym_trl.env_reward), the rows come from the env's own ta
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
+import statistics
 import sys
 import time
 import warnings
+
+
+CSV_FIELDS = ["step", "wall_s", "step_s", "reward", "reward_std", "correct", "turns", "tool_calls", "tool_errors",
+              "policy_ids"]
 
 
 def _env_kwarg(text: str) -> tuple[str, object]:
@@ -56,6 +62,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--beta", type=float, default=0.0, help="KL coefficient (0: no reference model)")
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
     p.add_argument("--grad-accum", type=int, default=1, help="gradient accumulation steps")
+    p.add_argument("--steps-per-generation", type=int, default=None,
+                   help="optimizer steps per generation batch (TRL's steps_per_generation; default: --grad-accum). "
+                        "A generation batch holds batch-size x grad-accum x this many episodes / grad-accum")
     p.add_argument("--logging-steps", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--bf16", action="store_true", help="train in bfloat16 (GPU)")
@@ -67,11 +76,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--vllm-gpu-memory-utilization", type=float, default=0.3, help="colocate mode: vLLM's share of GPU memory")
     p.add_argument("--trajectories", default=None, metavar="PATH.jsonl",
                    help="append every episode (ids, log-probs, rewards, info) to this JSONL file")
+    p.add_argument("--metrics-csv", default=None, metavar="PATH.csv",
+                   help="write one row per logged step: step, wall seconds, the step's seconds, reward, correctness, "
+                        "turns, tool calls, tool errors, policy ids (written as it trains, so a stopped run keeps its rows)")
     p.add_argument("--report-to", default="none", help="TRL/transformers loggers: none, tensorboard, wandb, trackio")
     p.add_argument("--save", action="store_true", help="save the trained model to --output-dir at the end")
     args = p.parse_args(argv)
     if args.batch_size % args.num_generations:
         p.error(f"--batch-size ({args.batch_size}) must be a multiple of --num-generations ({args.num_generations})")
+    if args.steps_per_generation is not None and args.steps_per_generation < 1:
+        p.error(f"--steps-per-generation must be >= 1, got {args.steps_per_generation}")
     return args
 
 
@@ -115,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         num_generations=args.num_generations,
         max_completion_length=args.max_completion_length,
         gradient_accumulation_steps=args.grad_accum,
+        steps_per_generation=args.steps_per_generation,
         max_steps=args.steps,
         learning_rate=args.lr,
         beta=args.beta,
@@ -131,16 +146,36 @@ def main(argv: list[str] | None = None) -> int:
         vllm_gpu_memory_utilization=args.vllm_gpu_memory_utilization,
     )
 
+    step_seconds: dict[int, float] = {}  # optimizer step -> its wall seconds (generation included when it ran)
+    csv_file = open(args.metrics_csv, "w", newline="") if args.metrics_csv else None
+    csv_writer = csv.writer(csv_file) if csv_file else None
+    if csv_writer:
+        csv_writer.writerow(CSV_FIELDS)
+
     class PrintSteps(TrainerCallback):
+        def on_step_begin(self, _args, state, _control, **kwargs):
+            self.begun = time.perf_counter()
+
+        def on_step_end(self, _args, state, _control, **kwargs):
+            step_seconds[state.global_step] = time.perf_counter() - self.begun
+
         def on_log(self, _args, state, _control, logs=None, **kwargs):
             if logs and "env/return" in logs:
+                elapsed = time.perf_counter() - started
                 print(
                     f"step {state.global_step:4d}  reward {logs['reward']:.3f}  correct {logs['env/correct']:.3f}  "
                     f"turns {logs['env/turns']:.2f}  tool calls {logs['env/tool_calls']:.2f}  "
                     f"tool errors {logs['env/tool_errors']:.2f}  policy ids {logs['completions/mean_length']:.1f}  "
-                    f"{time.perf_counter() - started:.0f} s",
+                    f"{elapsed:.0f} s",
                     flush=True,
                 )
+                if csv_writer:
+                    csv_writer.writerow([
+                        state.global_step, f"{elapsed:.2f}", f"{step_seconds.get(state.global_step, float('nan')):.3f}",
+                        *(f"{logs[k]:.6g}" for k in ("reward", "reward_std", "env/correct", "env/turns",
+                                                     "env/tool_calls", "env/tool_errors", "completions/mean_length")),
+                    ])
+                    csv_file.flush()
 
     trainer = GRPOTrainer(
         model=model,
@@ -159,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if writer is not None:
             writer.close()
+        if csv_file is not None:
+            csv_file.close()
         rollout.close()
     if args.save:
         trainer.save_model(args.output_dir)
@@ -167,6 +204,12 @@ def main(argv: list[str] | None = None) -> int:
     if rewards:
         print(f"done: {trainer.state.global_step} steps in {time.perf_counter() - started:.0f} s; "
               f"reward {rewards[0]:.3f} (first logged step) -> {rewards[-1]:.3f} (last)")
+    later = [seconds for step, seconds in sorted(step_seconds.items()) if step >= 2]
+    if later:  # step 1 carries the start-up (vLLM's first generation, compilation); steps 2.. are steady state
+        episodes = args.batch_size * args.grad_accum * max(1, int(os.environ.get("WORLD_SIZE", "1")))
+        print(f"steps 2..{trainer.state.global_step}: {statistics.median(later):.2f} s per optimizer step (median), "
+              f"{len(later) / sum(later):.3f} steps/s, {episodes * len(later) / sum(later):.1f} episodes/s "
+              f"({episodes} episodes per optimizer step)")
     return 0
 
 

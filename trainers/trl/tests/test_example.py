@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from agent_gym.trajectory import read_trajectories
 
@@ -27,17 +30,33 @@ def test_help_and_bad_arguments():
     assert done.returncode == 2 and "expected KEY=VALUE" in done.stderr
 
 
-def test_one_step_trains_and_writes_the_episodes(tmp_path):
-    trajectories = tmp_path / "episodes.jsonl"
+def test_two_steps_train_and_write_the_episodes_and_the_metrics(tmp_path):
+    trajectories, metrics = tmp_path / "episodes.jsonl", tmp_path / "metrics.csv"
     done = run(
         "AgentR1/ArithmeticTool-v0", "--env-kwarg", "level=1", "--env-kwarg", "few_shot=true",
-        "--rows", "2", "--steps", "1", "--batch-size", "2", "--num-generations", "2", "--max-completion-length", "24",
-        "--output-dir", str(tmp_path / "out"), "--trajectories", str(trajectories),
+        "--rows", "2", "--steps", "2", "--batch-size", "2", "--num-generations", "2", "--max-completion-length", "24",
+        "--output-dir", str(tmp_path / "out"), "--trajectories", str(trajectories), "--metrics-csv", str(metrics),
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert 'AgentR1/ArithmeticTool-v0 {"few_shot": true, "level": 1}: 2 rows' in done.stdout
-    assert "step    1  reward " in done.stdout and "done: 1 steps" in done.stdout
+    assert "step    1  reward " in done.stdout and "step    2  reward " in done.stdout and "done: 2 steps" in done.stdout
+    # the steady-state rate leaves out step 1 (start-up); 2 episodes per optimizer step
+    assert "steps 2..2: " in done.stdout and "(2 episodes per optimizer step)" in done.stdout
     episodes = list(read_trajectories(trajectories))
-    assert len(episodes) == 2 and {e.env_id for e in episodes} == {"AgentR1/ArithmeticTool-v0"}
+    assert len(episodes) == 4 and {e.env_id for e in episodes} == {"AgentR1/ArithmeticTool-v0"}
     assert episodes[0].task_id == episodes[1].task_id  # one task, its GRPO group of two
     assert json.loads(json.dumps(episodes[0].metadata["route"]))["env_kwargs"] == {"few_shot": True, "level": 1}
+    rows = list(csv.DictReader(metrics.open()))
+    assert [r["step"] for r in rows] == ["1", "2"]
+    assert list(rows[0]) == ["step", "wall_s", "step_s", "reward", "reward_std", "correct", "turns", "tool_calls",
+                             "tool_errors", "policy_ids"]
+    # the CSV's reward is the mean of the step's episode returns, as the episodes file records them
+    for step, row in enumerate(rows):
+        returns = [e.return_ for e in episodes[2 * step:2 * step + 2]]
+        assert float(row["reward"]) == pytest.approx(sum(returns) / 2, abs=1e-5)
+        assert float(row["step_s"]) > 0 and float(row["wall_s"]) > 0
+
+
+def test_steps_per_generation_must_be_positive():
+    done = run("AgentR1/Arithmetic-v0", "--steps-per-generation", "0")
+    assert done.returncode == 2 and "--steps-per-generation must be >= 1, got 0" in done.stderr
