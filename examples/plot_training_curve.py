@@ -56,6 +56,9 @@ input:
   Each FILE is a JSONL file written by verl's FileLogger: one line per logged step,
   {"step": <int>, "data": {<metric>: <number>, ...}}. Blank lines are skipped; any other
   line that is not such an object is an error naming the file and line number.
+  A FILE named *.csv is examples/train_trl.py's --metrics-csv instead: its reward is the
+  train reward, step_s the step time, policy_ids the response length, and correct, turns,
+  tool_calls, tool_errors the agent_gym/* columns (TRL runs have no validation).
   Several FILEs are the parts of one run (resumed from a checkpoint), given in order:
   metrics are merged per step, and where two files (or two lines) log the same metric at
   the same step, the later one wins. null, NaN, infinite and non-numeric values count as
@@ -113,8 +116,42 @@ def _as_number(value: Any) -> float | None:
     return value
 
 
+TRL_CSV_COLUMNS: dict[str, str] = {
+    "reward": "critic/score/mean",
+    "step_s": "timing_s/step",
+    "policy_ids": RESPONSE_LENGTH_KEY,
+    "correct": "agent_gym/correct",
+    "turns": "agent_gym/turns",
+    "tool_calls": "agent_gym/tool_calls",
+    "tool_errors": "agent_gym/tool_errors",
+}
+"""``examples/train_trl.py --metrics-csv`` columns, under the verl metric names this script reads."""
+
+
+def read_trl_csv(path: Path) -> Run:
+    """Read a ``train_trl.py --metrics-csv`` file into ``{step: {metric: value}}`` (:data:`TRL_CSV_COLUMNS`:
+    the episodes' mean return is the train reward, the optimizer step's seconds the step time)."""
+    run: Run = {}
+    try:
+        with path.open(encoding="utf-8", newline="") as fh:
+            reader = csv.DictReader(fh)
+            if not reader.fieldnames or "step" not in reader.fieldnames or "reward" not in reader.fieldnames:
+                raise CurveError(f"{path}: not a train_trl.py --metrics-csv file (no step and reward columns)")
+            for lineno, row in enumerate(reader, start=2):
+                try:
+                    step = int(row["step"])
+                    values = {key: float(row[col]) for col, key in TRL_CSV_COLUMNS.items() if row.get(col)}
+                except ValueError:
+                    raise CurveError(f"{path}:{lineno}: malformed row, expected numbers") from None
+                run.setdefault(step, {}).update({k: v for k, v in values.items() if math.isfinite(v)})
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CurveError(f"cannot read {path}: {exc}") from None
+    return run
+
+
 def read_metrics_file(path: Path) -> Run:
-    """Read one FileLogger JSONL file into ``{step: {metric: value}}``.
+    """Read one FileLogger JSONL file (or, named ``*.csv``, a ``train_trl.py --metrics-csv`` file: see
+    :func:`read_trl_csv`) into ``{step: {metric: value}}``.
 
     Lines logging the same step are merged, a later line winning per metric. Values that are
     not finite numbers are dropped. Raises :class:`CurveError` for a missing or unreadable file
@@ -122,6 +159,8 @@ def read_metrics_file(path: Path) -> Run:
     """
     if not path.is_file():
         raise CurveError(f"no such file: {path}")
+    if path.suffix == ".csv":
+        return read_trl_csv(path)
     run: Run = {}
     try:
         with path.open(encoding="utf-8") as fh:

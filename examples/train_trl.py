@@ -77,8 +77,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--trajectories", default=None, metavar="PATH.jsonl",
                    help="append every episode (ids, log-probs, rewards, info) to this JSONL file")
     p.add_argument("--metrics-csv", default=None, metavar="PATH.csv",
-                   help="write one row per logged step: step, wall seconds, the step's seconds, reward, correctness, "
-                        "turns, tool calls, tool errors, policy ids (written as it trains, so a stopped run keeps its rows)")
+                   help="write one row per generation batch (TRL logs the episodes once per batch, every --steps-per-generation "
+                        "optimizer steps): the step, wall seconds, the seconds of the steps since the last row, reward "
+                        "(mean return) and its std, correctness, turns, tool calls, tool errors, policy ids; written "
+                        "as it trains, so a stopped run keeps its rows")
     p.add_argument("--report-to", default="none", help="TRL/transformers loggers: none, tensorboard, wandb, trackio")
     p.add_argument("--save", action="store_true", help="save the trained model to --output-dir at the end")
     args = p.parse_args(argv)
@@ -153,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         csv_writer.writerow(CSV_FIELDS)
 
     class PrintSteps(TrainerCallback):
+        last_row = 0  # the optimizer step of the last CSV row
+
         def on_step_begin(self, _args, state, _control, **kwargs):
             self.begun = time.perf_counter()
 
@@ -170,8 +174,12 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
                 if csv_writer:
+                    # the optimizer steps since the last row: with steps_per_generation > 1 TRL logs the env's
+                    # metrics once per generation batch, so a row covers that batch's generation and updates
+                    covered = [sec for st, sec in step_seconds.items() if self.last_row < st <= state.global_step]
+                    self.last_row = state.global_step
                     csv_writer.writerow([
-                        state.global_step, f"{elapsed:.2f}", f"{step_seconds.get(state.global_step, float('nan')):.3f}",
+                        state.global_step, f"{elapsed:.2f}", f"{sum(covered) if covered else float('nan'):.3f}",
                         *(f"{logs[k]:.6g}" for k in ("reward", "reward_std", "env/correct", "env/turns",
                                                      "env/tool_calls", "env/tool_errors", "completions/mean_length")),
                     ])

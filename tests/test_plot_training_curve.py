@@ -251,3 +251,34 @@ def test_png(resumed_run, tmp_path, capsys):
     assert ptc.main([str(part1), str(part2), str(long_run), "--png", str(png), "--title", "test run"]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert capsys.readouterr().out.endswith(f"wrote {png}\n")
+
+
+TRL_HEADER = "step,wall_s,step_s,reward,reward_std,correct,turns,tool_calls,tool_errors,policy_ids\n"
+
+
+def test_train_trl_metrics_csv_is_read_as_a_run(tmp_path, capsys):
+    """examples/train_trl.py --metrics-csv: reward -> train_reward, step_s -> timing_s/step, the env's
+    counts -> agent_gym/*; a NaN step time (a step the callback missed) is left empty."""
+    trl = tmp_path / "trl.csv"
+    trl.write_text(TRL_HEADER + "1,40.5,38.2,0.125,0.33,0.125,1,0,0,41.5\n2,47.0,nan,0.25,0.43,0.25,1,0,0,39\n", encoding="utf-8")
+    out = tmp_path / "curve.csv"
+    assert ptc.main([str(trl), "--csv", str(out)]) == 0
+    rows = out.read_text(encoding="utf-8").splitlines()
+    header = rows[0].split(",")
+    assert header[:3] == ["step", "train_reward", "val_reward"]
+    first, second = (dict(zip(header, r.split(","))) for r in rows[1:])
+    assert (first["step"], first["train_reward"], first["val_reward"], first["timing_s/step"]) == ("1", "0.125", "", "38.2")
+    assert (second["train_reward"], second["timing_s/step"], second["response_length/mean"]) == ("0.25", "", "39.0")
+    assert first["agent_gym/correct"] == "0.125" and first["agent_gym/tool_calls"] == "0.0"
+    assert capsys.readouterr().out.startswith("steps: 2 logged, 1 to 2\nval reward: not logged\ntrain reward: mean 0.1875 over the first 2")
+
+
+def test_a_csv_that_is_not_train_trl_output(tmp_path, capsys):
+    other = tmp_path / "other.csv"
+    other.write_text("a,b\n1,2\n", encoding="utf-8")
+    assert ptc.main([str(other)]) == 1
+    assert capsys.readouterr().err == f"error: {other}: not a train_trl.py --metrics-csv file (no step and reward columns)\n"
+    bad = tmp_path / "bad.csv"
+    bad.write_text(TRL_HEADER + "1,2.5,1,zero,0,0,1,0,0,3\n", encoding="utf-8")
+    assert ptc.main([str(bad)]) == 1
+    assert capsys.readouterr().err == f"error: {bad}:2: malformed row, expected numbers\n"

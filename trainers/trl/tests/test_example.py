@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -60,3 +61,34 @@ def test_two_steps_train_and_write_the_episodes_and_the_metrics(tmp_path):
 def test_steps_per_generation_must_be_positive():
     done = run("AgentR1/Arithmetic-v0", "--steps-per-generation", "0")
     assert done.returncode == 2 and "--steps-per-generation must be >= 1, got 0" in done.stderr
+
+
+def test_a_row_per_generation_batch_with_steps_per_generation(tmp_path):
+    """--steps-per-generation 2: TRL generates 2 x 2 episodes every other optimizer step and logs the env's
+    metrics then, so rows are steps 1 and 3, each the mean return of its generation batch's 4 episodes."""
+    trajectories, metrics = tmp_path / "episodes.jsonl", tmp_path / "metrics.csv"
+    done = run(
+        "AgentR1/Arithmetic-v0", "--env-kwarg", "level=1", "--rows", "4", "--steps", "3", "--batch-size", "2",
+        "--num-generations", "2", "--steps-per-generation", "2", "--max-completion-length", "16",
+        "--output-dir", str(tmp_path / "out"), "--trajectories", str(trajectories), "--metrics-csv", str(metrics),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "steps 2..3: " in done.stdout and "(2 episodes per optimizer step)" in done.stdout
+    episodes = list(read_trajectories(trajectories))
+    assert len(episodes) == 8  # two generation batches of 2 tasks x 2 episodes
+    rows = list(csv.DictReader(metrics.open()))
+    assert [r["step"] for r in rows] == ["1", "3"]
+    for batch, row in enumerate(rows):
+        returns = [e.return_ for e in episodes[4 * batch:4 * batch + 4]]
+        assert float(row["reward"]) == pytest.approx(sum(returns) / 4, abs=1e-5)
+
+
+def test_the_gpu_recipe_stops_before_anything_runs_without_its_model(tmp_path):
+    recipe = SCRIPT.parent / "trl_smollm2-135m_countdown.sh"
+    missing = tmp_path / "no-model"
+    done = subprocess.run(["bash", str(recipe)], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "MODEL_PATH": str(missing), "RUN_DIR": str(tmp_path / "run")})
+    assert done.returncode == 1
+    assert done.stderr == (f"trl_smollm2-135m_countdown.sh: {missing}/config.json is missing; make it first with:\n"
+                           f"  agent-gym export-model --out {missing}\n")
+    assert not (tmp_path / "run").exists()
