@@ -64,7 +64,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--grad-accum", type=int, default=1, help="gradient accumulation steps")
     p.add_argument("--steps-per-generation", type=int, default=None,
                    help="optimizer steps per generation batch (TRL's steps_per_generation; default: --grad-accum). "
-                        "A generation batch holds batch-size x grad-accum x this many episodes / grad-accum")
+                        "A generation batch holds batch-size x this many episodes per process")
     p.add_argument("--logging-steps", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--bf16", action="store_true", help="train in bfloat16 (GPU)")

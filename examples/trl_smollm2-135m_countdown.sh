@@ -14,7 +14,7 @@
 #   2. trains STEPS optimizer steps: each generation batch is 32 training tasks x 8 episodes (a GRPO group
 #      per task) at temperature 1, split into 2 optimizer steps of 128 episodes, lr 1e-5, no KL: verl's
 #      recipe (train_batch_size 32, n 8, ppo_mini_batch_size 16); the default 20 steps = verl's 10 steps.
-#      metrics.csv has one row per step; the model is saved to RUN_DIR/model;
+#      metrics.csv has one row per generation batch (steps 1, 3, 5, ...); the model is saved to RUN_DIR/model;
 #   3. eval_end.json: the same greedy evaluation of the trained model;
 #   4. a line with the start and end accuracy (standard error on 256 tasks: about 0.025), then curve.csv
 #      and curve.png (examples/plot_training_curve.py: train reward per optimizer step; needs matplotlib).
