@@ -63,8 +63,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
     p.add_argument("--grad-accum", type=int, default=1, help="gradient accumulation steps")
     p.add_argument("--steps-per-generation", type=int, default=None,
-                   help="optimizer steps per generation batch (TRL's steps_per_generation; default: --grad-accum). "
-                        "A generation batch holds batch-size x this many episodes per process")
+                   help="micro-batches of --batch-size per generation batch (TRL's steps_per_generation; default: "
+                        "--grad-accum): a generation batch holds batch-size x this many episodes per process and makes "
+                        "this / --grad-accum optimizer steps")
     p.add_argument("--logging-steps", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--bf16", action="store_true", help="train in bfloat16 (GPU)")
@@ -77,8 +78,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--trajectories", default=None, metavar="PATH.jsonl",
                    help="append every episode (ids, log-probs, rewards, info) to this JSONL file")
     p.add_argument("--metrics-csv", default=None, metavar="PATH.csv",
-                   help="write one row per generation batch (TRL logs the episodes once per batch, every --steps-per-generation "
-                        "optimizer steps): the step, wall seconds, the seconds of the steps since the last row, reward "
+                   help="write one row per generation batch (TRL logs the episodes once per batch, every "
+                        "--steps-per-generation / --grad-accum optimizer steps): the step, wall seconds, the seconds of the steps since the last row, reward "
                         "(mean return) and its std, correctness, turns, tool calls, tool errors, policy ids; written "
                         "as it trains, so a stopped run keeps its rows")
     p.add_argument("--report-to", default="none", help="TRL/transformers loggers: none, tensorboard, wandb, trackio")

@@ -8,56 +8,13 @@
 #   agent-gym export-model --out ~/models/smollm2-135m-instruct      # the model as a HF folder (MODEL_PATH)
 #   bash examples/trl_smollm2-135m_countdown.sh
 #
-# What it does, in RUN_DIR (default ~/runs/trl_countdown):
-#   1. eval_start.json: greedy accuracy of MODEL_PATH on the first 256 easy test tasks (the tasks of the
-#      verl recipe's validation file), agent-gym eval with vLLM;
-#   2. trains STEPS optimizer steps: each generation batch is 32 training tasks x 8 episodes (a GRPO group
-#      per task) at temperature 1, split into 2 optimizer steps of 128 episodes, lr 1e-5, no KL: verl's
-#      recipe (train_batch_size 32, n 8, ppo_mini_batch_size 16); the default 20 steps = verl's 10 steps.
-#      metrics.csv has one row per generation batch (steps 1, 3, 5, ...); the model is saved to RUN_DIR/model;
-#   3. eval_end.json: the same greedy evaluation of the trained model;
-#   4. a line with the start and end accuracy (standard error on 256 tasks: about 0.025), then curve.csv
-#      and curve.png (examples/plot_training_curve.py: train reward per optimizer step; needs matplotlib).
-# train.log ends with the steady-state rate (steps 2..N: seconds per optimizer step, episodes/s).
-# Settings (environment): MODEL_PATH, RUN_DIR, STEPS (20), TASKS (4096 training tasks), EVAL_EPISODES (256),
-# GPU_MEM (vLLM's share of the GPU in training, 0.3), plus any extra train_trl.py option as arguments.
-set -euo pipefail
-
+# Writes RUN_DIR (default ~/runs/trl_countdown): eval_start.json, metrics.csv, model/, eval_end.json, curve.png
+# (examples/_trl_countdown.sh says what each holds and which settings the environment can change).
+# A generation batch of 32 tasks x 8 episodes is two micro-batches of 128, one optimizer step each.
 MODEL_PATH=${MODEL_PATH:-$HOME/models/smollm2-135m-instruct}
 RUN_DIR=${RUN_DIR:-$HOME/runs/trl_countdown}
-STEPS=${STEPS:-20}
-TASKS=${TASKS:-4096}
-EVAL_EPISODES=${EVAL_EPISODES:-256}
-GPU_MEM=${GPU_MEM:-0.3}
-cd "$(dirname "$0")/.."
-if [[ ! -f $MODEL_PATH/config.json ]]; then
-  echo "$(basename "$0"): $MODEL_PATH/config.json is missing; make it first with:" >&2
-  echo "  agent-gym export-model --out $MODEL_PATH" >&2
-  exit 1
-fi
-mkdir -p "$RUN_DIR"
-export VLLM_USE_FLASHINFER_SAMPLER=${VLLM_USE_FLASHINFER_SAMPLER:-0}
-
-evaluate() {  # model name
-  agent-gym eval AgentR1/Countdown-v0 --env-kwarg difficulty=easy --split test --episodes "$EVAL_EPISODES" \
-    --model "$1" --backend vllm --max-new-tokens 128 --no-progress --json --out "$RUN_DIR/$2.jsonl" > "$RUN_DIR/$2.json"
-  python3 -c "import json,sys; s=json.load(open(sys.argv[1])); print(sys.argv[2], 'accuracy', s['accuracy'], 'on', s['episodes'], 'tasks')" \
-    "$RUN_DIR/$2.json" "$2"
-}
-
-evaluate "$MODEL_PATH" eval_start
-python3 examples/train_trl.py AgentR1/Countdown-v0 --env-kwarg difficulty=easy --split train --rows "$TASKS" \
-  --model "$MODEL_PATH" --use-vllm --vllm-mode colocate --vllm-gpu-memory-utilization "$GPU_MEM" --bf16 \
-  --batch-size 128 --num-generations 8 --steps-per-generation 2 --max-completion-length 128 \
-  --lr 1e-5 --beta 0 --temperature 1.0 --steps "$STEPS" \
-  --metrics-csv "$RUN_DIR/metrics.csv" --output-dir "$RUN_DIR/model" --save "$@" 2>&1 | tee "$RUN_DIR/train.log"
-evaluate "$RUN_DIR/model" eval_end
-python3 - "$RUN_DIR" <<'PY'
-import json, math, sys
-start, end = (json.load(open(f"{sys.argv[1]}/{name}.json")) for name in ("eval_start", "eval_end"))
-se = lambda s: math.sqrt(s["accuracy"] * (1 - s["accuracy"]) / s["episodes"])
-print(f"greedy held-out accuracy: {start['accuracy']:.3f} (SE {se(start):.3f}) -> {end['accuracy']:.3f} "
-      f"(SE {se(end):.3f}) on {end['episodes']} tasks")
-PY
-python3 examples/plot_training_curve.py "$RUN_DIR/metrics.csv" --csv "$RUN_DIR/curve.csv" --png "$RUN_DIR/curve.png" \
-  --title "SmolLM2-135M, TRL GRPO, Countdown easy (train reward per optimizer step)"
+EXPORT_COMMAND='agent-gym export-model --out $MODEL_PATH'
+ENV_ARGS=(--env-kwarg difficulty=easy)
+BATCH_ARGS=(--batch-size 128 --steps-per-generation 2)
+TITLE="SmolLM2-135M, TRL GRPO, Countdown easy (train reward per optimizer step)"
+source "$(dirname "$0")/_trl_countdown.sh"

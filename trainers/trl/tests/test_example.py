@@ -83,12 +83,15 @@ def test_a_row_per_generation_batch_with_steps_per_generation(tmp_path):
         assert float(row["reward"]) == pytest.approx(sum(returns) / 4, abs=1e-5)
 
 
-def test_the_gpu_recipe_stops_before_anything_runs_without_its_model(tmp_path):
-    recipe = SCRIPT.parent / "trl_smollm2-135m_countdown.sh"
+@pytest.mark.parametrize("recipe, export", [
+    ("trl_smollm2-135m_countdown.sh", "agent-gym export-model --out"),
+    ("trl_gemma3-270m_countdown.sh", "agent-gym export-model --model gemma3-270m --out"),
+])
+def test_the_gpu_recipes_stop_before_anything_runs_without_their_model(tmp_path, recipe, export):
     missing = tmp_path / "no-model"
-    done = subprocess.run(["bash", str(recipe)], capture_output=True, text=True, timeout=60,
+    done = subprocess.run(["bash", str(SCRIPT.parent / recipe)], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "MODEL_PATH": str(missing), "RUN_DIR": str(tmp_path / "run")})
     assert done.returncode == 1
-    assert done.stderr == (f"trl_smollm2-135m_countdown.sh: {missing}/config.json is missing; make it first with:\n"
-                           f"  agent-gym export-model --out {missing}\n")
+    assert done.stderr == (f"{recipe}: {missing}/config.json is missing; make it first with:\n"
+                           f"  {export} {missing}\n")
     assert not (tmp_path / "run").exists()
