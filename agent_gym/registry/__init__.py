@@ -13,6 +13,7 @@ from agent_gym.registry.registry import (
     list_envs,
     make_error_message,
     register_env,
+    require_env,
 )
 
-__all__ = ["ENTRY_POINT_GROUP", "NAMESPACE", "EnvCard", "discover_envs", "list_envs", "make_error_message", "register_env"]
+__all__ = ["ENTRY_POINT_GROUP", "NAMESPACE", "EnvCard", "discover_envs", "list_envs", "make_error_message", "register_env", "require_env"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import threading
 import warnings
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
@@ -9,7 +11,10 @@ from typing import Any
 
 import gymnasium as gym
 
-__all__ = ["ENTRY_POINT_GROUP", "NAMESPACE", "EnvCard", "register_env", "discover_envs", "list_envs", "make_error_message"]
+__all__ = [
+    "ENTRY_POINT_GROUP", "NAMESPACE", "EnvCard", "register_env", "discover_envs", "require_env", "list_envs",
+    "make_error_message",
+]
 
 #: The entry-point group env packages register under.
 ENTRY_POINT_GROUP = "agent_gym.envs"
@@ -18,6 +23,11 @@ NAMESPACE = "AgentR1"
 
 _CARDS: dict[str, "EnvCard"] = {}
 _DISCOVERED = False
+# Threads of one process may import agent_gym at once (an agent-loop worker's executor threads): the
+# first runs discovery, the others wait for it instead of seeing a half-registered registry.
+_DISCOVERY_LOCK = threading.RLock()
+#: entry point name -> why its registration failed (the last discovery that tried it)
+_FAILED: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -69,25 +79,62 @@ def register_env(
 def discover_envs(*, force: bool = False) -> list[str]:
     """Call the registration function of every installed env package (once per process).
 
-    A broken plugin does not break the others: its error is reported as a warning naming it.
+    A broken plugin does not break the others: its error is reported as a warning naming it (and where
+    its module came from), and remembered for :func:`require_env`. ``force=True`` runs every
+    registration function again (registering an id twice with the same entry point is a no-op).
     Returns the ids known afterwards.
     """
     global _DISCOVERED
-    if _DISCOVERED and not force:
+    with _DISCOVERY_LOCK:
+        if _DISCOVERED and not force:
+            return sorted(_CARDS)
+        _DISCOVERED = True
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            try:
+                register = ep.load()
+                register()
+            except Exception as exc:  # noqa: BLE001 - one bad plugin must not hide the others
+                _FAILED[ep.name] = f"{type(exc).__name__}: {exc}{_module_origin(ep.module)}"
+                warnings.warn(
+                    f"agent_gym: env package entry point {ep.name!r} ({ep.value}) failed to register: {_FAILED[ep.name]}",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+            else:
+                _FAILED.pop(ep.name, None)
         return sorted(_CARDS)
-    _DISCOVERED = True
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            register = ep.load()
-            register()
-        except Exception as exc:  # noqa: BLE001 - one bad plugin must not hide the others
-            warnings.warn(
-                f"agent_gym: env package entry point {ep.name!r} ({ep.value}) failed to register: "
-                f"{type(exc).__name__}: {exc}",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-    return sorted(_CARDS)
+
+
+def _module_origin(module_name: str) -> str:
+    """Where the imported module of an entry point came from, for a failed registration's message."""
+    module = sys.modules.get(module_name)
+    if module is None:
+        return ""
+    if getattr(module, "__file__", None) is None and hasattr(module, "__path__"):
+        return (f" [{module_name!r} was imported as a namespace package from {list(module.__path__)}: a folder of "
+                "that name without __init__.py, earlier on sys.path, hides the installed package]")
+    return f" [{module_name!r} from {getattr(module, '__file__', None)}]"
+
+
+def require_env(env_id: str) -> None:
+    """Make sure ``env_id`` is registered in this process before ``gym.make``.
+
+    If it is not, discovery runs once more (a registration that failed transiently, e.g. while another
+    thread was importing the same package, then succeeds); if it still is not, raises gymnasium's
+    ``NameNotFound`` naming the registered ids and every env package whose registration failed, and why.
+    """
+    if env_id in gym.registry:
+        return
+    discover_envs(force=True)
+    if env_id in gym.registry:
+        return
+    known = ", ".join(sorted(_CARDS)) or "none"
+    if _FAILED:
+        hint = "; env packages that failed to register here: " + "; ".join(
+            f"{name!r}: {why}" for name, why in sorted(_FAILED.items()))
+    else:
+        hint = "; is its env package installed? (`agent-gym list` shows what is)"
+    raise gym.error.NameNotFound(f"{env_id} is not registered in this process (registered: {known}){hint}")
 
 
 def list_envs() -> list[EnvCard]:

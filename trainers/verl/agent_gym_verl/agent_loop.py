@@ -244,8 +244,9 @@ class AgentGymAgentLoop(compat.AgentLoopBase):
         return {"max_action_tokens": self.response_length, "max_context_tokens": self.prompt_length + self.response_length}
 
     def _acquire_env(self, env_id: str, env_kwargs: dict[str, Any]) -> tuple[tuple[str, str, int], gym.Env]:
-        import agent_gym  # noqa: F401  (registers every installed env package)
+        from agent_gym.registry import require_env  # importing agent_gym registers every installed env package
 
+        require_env(env_id)  # a clear error naming any env package that failed to register in this worker
         make_kwargs = {**self._env_defaults(), **env_kwargs}
         key = (env_id, json.dumps(make_kwargs, sort_keys=True, default=str), id(self.tokenizer))
         pool = _ENV_POOL[key]

@@ -19,7 +19,8 @@ it names on ``import verl``::
 (the run scripts in ``examples/`` do). Workers of a single-node run inherit the variable from the driver;
 on a cluster started with ``ray start``, set it on every node (or in the job's ``runtime_env``).
 Importing this module patches ``verl.utils.torch_functional`` once; :data:`verl_logprobs_from_logits_v2`
-keeps verl's function.
+keeps verl's function. It also applies :func:`agent_gym_verl.compat.guard_trl_value_head_patch`, so that
+verl's actors build their models with trl 1.x installed beside verl (the TRL adapter's trl).
 """
 
 from __future__ import annotations
@@ -85,3 +86,9 @@ verl_logprobs_from_logits_v2 = getattr(_tf, "_agent_gym_original_logprobs_from_l
 _tf._agent_gym_original_logprobs_from_logits_v2 = verl_logprobs_from_logits_v2
 # verl's dispatcher (logprobs_from_logits) looks the name up as a module global at call time.
 _tf.logprobs_from_logits_v2 = chunked_logprobs_from_logits
+
+# The module every verl process imports (VERL_USE_EXTERNAL_MODULES) also carries the one other patch
+# that must be in place in the workers: verl beside trl 1.x (agent_gym_verl.compat).
+from agent_gym_verl import compat as _compat  # noqa: E402  (after the patch above, which needs no verl beyond torch_functional)
+
+_compat.guard_trl_value_head_patch()

@@ -1,0 +1,65 @@
+"""verl's actors build their model with trl 1.x installed beside verl (the TRL adapter's trl).
+
+verl's ``apply_monkey_patch`` imports trl's ``AutoModelForCausalLMWithValueHead`` whenever trl is
+importable; trl 1.x has none, so without ``agent_gym_verl.compat.guard_trl_value_head_patch`` the FSDP
+actors of a run fail at start-up (seen on an H200 with verl 0.9.1 + trl 1.16.0). Runs against the real
+verl and the real trl of the verl 0.9 CI virtualenv; skipped where trl is not installed (verl 0.7.0's pins,
+datasets < 4.1, exclude trl 1.x).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("trl") is None, reason="trl is not installed next to verl")
+
+
+@pytest.fixture
+def verl_check():
+    from verl.models.transformers import monkey_patch
+
+    saved = monkey_patch.is_trl_available
+    yield monkey_patch
+    monkey_patch.is_trl_available = saved
+
+
+def tiny_llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    return LlamaForCausalLM(config)
+
+
+def test_verl_builds_its_model_beside_trl_once_guarded(verl_check):
+    from verl.utils.import_utils import is_trl_available
+
+    from agent_gym_verl import compat
+
+    has_class = compat.trl_has_value_head_model()
+    if has_class:
+        pytest.skip("this trl still has AutoModelForCausalLMWithValueHead: verl's patch works unguarded")
+    # the failure the guard exists for: verl's own check says yes, the import then fails
+    assert is_trl_available()
+    verl_check.is_trl_available = is_trl_available
+    with pytest.raises(ImportError, match="AutoModelForCausalLMWithValueHead"):
+        verl_check.apply_monkey_patch(tiny_llama(), use_remove_padding=False)
+
+    compat.guard_trl_value_head_patch()
+    assert verl_check.is_trl_available is compat.trl_has_value_head_model
+    model = tiny_llama()
+    verl_check.apply_monkey_patch(model, use_remove_padding=False)  # no ImportError
+    assert model.config.vocab_size == 128
+
+
+def test_the_worker_hook_applies_the_guard(verl_check):
+    """The module the run scripts load in every verl process (VERL_USE_EXTERNAL_MODULES) guards on import."""
+    import importlib
+
+    from agent_gym_verl import compat, fast_logprobs
+
+    verl_check.is_trl_available = lambda: True
+    importlib.reload(fast_logprobs)
+    assert verl_check.is_trl_available is compat.trl_has_value_head_model
