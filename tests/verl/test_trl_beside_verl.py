@@ -18,11 +18,13 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("trl") is None, reason=
 
 @pytest.fixture
 def verl_check():
+    """verl's monkey-patch module; verl's own ``is_trl_available`` is restored afterwards, in both places."""
     from verl.models.transformers import monkey_patch
+    from verl.utils import import_utils
 
-    saved = monkey_patch.is_trl_available
+    saved = monkey_patch.is_trl_available, import_utils.is_trl_available
     yield monkey_patch
-    monkey_patch.is_trl_available = saved
+    monkey_patch.is_trl_available, import_utils.is_trl_available = saved
 
 
 def tiny_llama():
@@ -34,21 +36,26 @@ def tiny_llama():
 
 
 def test_verl_builds_its_model_beside_trl_once_guarded(verl_check):
-    from verl.utils.import_utils import is_trl_available
+    from verl.utils import import_utils
 
     from agent_gym_verl import compat
+
+    compat.guard_trl_value_head_patch()  # keeps verl's own check (whether or not the hook ran already)
+    is_trl_available = import_utils.verl_is_trl_available
 
     has_class = compat.trl_has_value_head_model()
     if has_class:
         pytest.skip("this trl still has AutoModelForCausalLMWithValueHead: verl's patch works unguarded")
     # the failure the guard exists for: verl's own check says yes, the import then fails
     assert is_trl_available()
-    verl_check.is_trl_available = is_trl_available
+    verl_check.is_trl_available = is_trl_available  # verl's own check in place again
     with pytest.raises(ImportError, match="AutoModelForCausalLMWithValueHead"):
         verl_check.apply_monkey_patch(tiny_llama(), use_remove_padding=False)
 
     compat.guard_trl_value_head_patch()
+    # both the module that binds the name at import and verl's own definition (for later importers)
     assert verl_check.is_trl_available is compat.trl_has_value_head_model
+    assert import_utils.is_trl_available is compat.trl_has_value_head_model
     model = tiny_llama()
     verl_check.apply_monkey_patch(model, use_remove_padding=False)  # no ImportError
     assert model.config.vocab_size == 128
@@ -63,3 +70,19 @@ def test_the_worker_hook_applies_the_guard(verl_check):
     verl_check.is_trl_available = lambda: True
     importlib.reload(fast_logprobs)
     assert verl_check.is_trl_available is compat.trl_has_value_head_model
+
+
+def test_the_hook_guards_from_inside_import_verl():
+    """In a fresh process, as in a Ray worker: ``import verl`` runs the hook, which guards before verl's model
+    code is imported, and importing the adapter's compat module first works as well (no import cycle)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "VERL_USE_EXTERNAL_MODULES": "agent_gym_verl.fast_logprobs"}
+    for first in ("import verl", "import agent_gym_verl.compat"):
+        code = (f"{first}\nfrom verl.models.transformers import monkey_patch\n"
+                "print(monkey_patch.is_trl_available.__module__, monkey_patch.is_trl_available())")
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.split()[-2:] == ["agent_gym_verl.compat", "False"], done.stdout

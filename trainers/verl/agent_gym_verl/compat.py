@@ -30,9 +30,58 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import sys
 import warnings
 from importlib.metadata import version as _dist_version
 from typing import Any
+
+# -- verl beside trl 1.x -----------------------------------------------------------------------------
+# verl's ``apply_monkey_patch`` (0.7.0 and 0.9.1 alike), which every FSDP actor runs on its model,
+# imports trl's ``AutoModelForCausalLMWithValueHead`` whenever ``trl`` is importable, to patch that
+# class's ``state_dict``. trl 1.x has no such class (neither ``trl`` nor ``trl.experimental.ppo``), so
+# with the TRL adapter (trl 1.14-1.16) installed beside verl every actor fails to build its model with
+# an ImportError (seen with verl 0.9.1 + trl 1.16.0 on an H200). The patch only matters for trl's
+# value-head models, which a trl without the class cannot make: the check the monkey-patch module sees
+# is narrowed to "trl has the class".
+
+
+def trl_has_value_head_model() -> bool:
+    """Whether the installed trl (if any) provides ``AutoModelForCausalLMWithValueHead``, where verl looks."""
+    if importlib.util.find_spec("trl") is None:
+        return False
+    for name in ("trl", "trl.experimental.ppo"):
+        with warnings.catch_warnings():  # trl warns on every import from trl.experimental
+            warnings.filterwarnings("ignore", message=".*trl.experimental")
+            try:
+                module = importlib.import_module(name)
+            except ModuleNotFoundError:
+                continue
+        if hasattr(module, "AutoModelForCausalLMWithValueHead"):
+            return True
+    return False
+
+
+def guard_trl_value_head_patch() -> None:
+    """Make verl patch trl's value-head class only where trl has one.
+
+    Replaces ``verl.utils.import_utils.is_trl_available`` (which ``verl.models.transformers.monkey_patch``
+    and ``verl.utils.model`` import by name; verl's own stays there as ``verl_is_trl_available``) and, if
+    ``monkey_patch`` is imported already, its copy.
+    Idempotent. Applied in every verl process by :mod:`agent_gym_verl.fast_logprobs`, the module the run
+    scripts load through ``VERL_USE_EXTERNAL_MODULES``, which ``import verl`` imports before verl's model
+    code (with that variable empty, keep trl 1.x out of verl's environment). Defined before this module's
+    own verl imports and touching only ``verl.utils.import_utils``, so it also works from inside
+    ``import verl``, which is where that hook runs it.
+    """
+    from verl.utils import import_utils
+
+    if not hasattr(import_utils, "verl_is_trl_available"):  # verl's own check, kept once
+        import_utils.verl_is_trl_available = import_utils.is_trl_available
+    import_utils.is_trl_available = trl_has_value_head_model
+    loaded = sys.modules.get("verl.models.transformers.monkey_patch")
+    if loaded is not None:
+        loaded.is_trl_available = trl_has_value_head_model
+
 
 from verl import DataProto  # noqa: F401  (re-exported)
 from verl.experimental.agent_loop.agent_loop import (  # noqa: F401  (re-exported)
@@ -171,40 +220,3 @@ def registered_estimator_fn(name: str) -> Any:
     """verl's advantage function registered under ``name``."""
     return core_algos.get_adv_estimator_fn(name)
 
-
-# -- verl beside trl 1.x -----------------------------------------------------------------------------
-# verl's ``apply_monkey_patch`` (0.7.0 and 0.9.1 alike), which every FSDP actor runs on its model,
-# imports trl's ``AutoModelForCausalLMWithValueHead`` whenever ``trl`` is importable, to patch that
-# class's ``state_dict``. trl 1.x has no such class (neither ``trl`` nor ``trl.experimental.ppo``), so
-# with the TRL adapter (trl 1.14-1.16) installed beside verl every actor fails to build its model with
-# an ImportError (seen with verl 0.9.1 + trl 1.16.0 on an H200). The patch only matters for trl's
-# value-head models, which a trl without the class cannot make: the check the monkey-patch module sees
-# is narrowed to "trl has the class".
-
-
-def trl_has_value_head_model() -> bool:
-    """Whether the installed trl (if any) provides ``AutoModelForCausalLMWithValueHead``, where verl looks."""
-    if importlib.util.find_spec("trl") is None:
-        return False
-    for name in ("trl", "trl.experimental.ppo"):
-        with warnings.catch_warnings():  # trl warns on every import from trl.experimental
-            warnings.filterwarnings("ignore", message=".*trl.experimental")
-            try:
-                module = importlib.import_module(name)
-            except ModuleNotFoundError:
-                continue
-        if hasattr(module, "AutoModelForCausalLMWithValueHead"):
-            return True
-    return False
-
-
-def guard_trl_value_head_patch() -> None:
-    """Make ``verl.models.transformers.monkey_patch`` patch trl's value-head class only where trl has one.
-
-    Idempotent. Applied in every verl process by :mod:`agent_gym_verl.fast_logprobs`, the module the run
-    scripts load through ``VERL_USE_EXTERNAL_MODULES`` (with that variable empty, trl 1.x must not be
-    importable next to verl).
-    """
-    from verl.models.transformers import monkey_patch
-
-    monkey_patch.is_trl_available = trl_has_value_head_model
