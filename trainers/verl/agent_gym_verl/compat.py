@@ -220,3 +220,34 @@ def registered_estimator_fn(name: str) -> Any:
     """verl's advantage function registered under ``name``."""
     return core_algos.get_adv_estimator_fn(name)
 
+
+
+# -- the driver's hook variable, on every Ray worker ---------------------------------------------------
+# verl's ``run_ppo`` gives the Ray job a runtime_env from ``verl.trainer.constants_ppo.
+# get_ppo_ray_runtime_env`` (a module global of ``verl.trainer.main_ppo`` in 0.7.0 and 0.9.1), whose
+# env_vars leave out what the launching shell sets: a cluster that ``ray.init`` starts inherits the
+# driver's environment anyway. Workers of a cluster started with ``ray start`` do not, so the hook the run
+# scripts export (VERL_USE_EXTERNAL_MODULES) never ran there (seen on an H200: verl's per-token log-prob
+# loop, a 106 s actor update). The wrapper adds the driver's value of each forwarded variable.
+
+#: variables the driver hands to every worker of the job when it has them set (and non-empty)
+FORWARDED_ENV_VARS = ("VERL_USE_EXTERNAL_MODULES",)
+
+
+def forward_env_to_ray_workers() -> None:
+    """Wrap ``verl.trainer.main_ppo.get_ppo_ray_runtime_env`` so the job's ``env_vars`` carry the driver's
+    :data:`FORWARDED_ENV_VARS` (idempotent; read when verl calls it, right before ``ray.init``)."""
+    import os
+
+    module = importlib.import_module("verl.trainer.main_ppo")
+    original = getattr(module, "_agent_gym_original_get_ppo_ray_runtime_env", module.get_ppo_ray_runtime_env)
+    module._agent_gym_original_get_ppo_ray_runtime_env = original
+
+    def get_ppo_ray_runtime_env(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        runtime_env = original(*args, **kwargs)
+        for name in FORWARDED_ENV_VARS:
+            if os.environ.get(name):
+                runtime_env.setdefault("env_vars", {})[name] = os.environ[name]
+        return runtime_env
+
+    module.get_ppo_ray_runtime_env = get_ppo_ray_runtime_env

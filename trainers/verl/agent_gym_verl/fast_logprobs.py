@@ -16,8 +16,9 @@ it names on ``import verl``::
 
     export VERL_USE_EXTERNAL_MODULES=agent_gym_verl.fast_logprobs   # comma-separated, with your own modules
 
-(the run scripts in ``examples/`` do). Workers of a single-node run inherit the variable from the driver;
-on a cluster started with ``ray start``, set it on every node (or in the job's ``runtime_env``).
+(the run scripts in ``examples/`` do). ``agent_gym_verl.main_ppo`` puts the driver's value into the Ray
+job's ``runtime_env`` (:func:`agent_gym_verl.compat.forward_env_to_ray_workers`), so workers get it on a
+cluster started with ``ray start`` too; under stock ``verl.trainer.main_ppo``, set it on every node.
 Importing this module patches ``verl.utils.torch_functional`` once; :data:`verl_logprobs_from_logits_v2`
 keeps verl's function. It also applies :func:`agent_gym_verl.compat.guard_trl_value_head_patch`, so that
 verl's actors build their models with trl 1.x installed beside verl (the TRL adapter's trl).

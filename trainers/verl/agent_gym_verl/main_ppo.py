@@ -157,6 +157,7 @@ def main(argv: list[str] | None = None) -> None:
         dry_run(sys.argv[1:])
         return
     install()
+    compat.forward_env_to_ray_workers()  # the fast_logprobs hook reaches workers of a `ray start` cluster too
     importlib.import_module("verl.trainer.main_ppo").main()
 
 
