@@ -4,9 +4,13 @@ wraps verl's own runtime-env function, which leaves the variable out. Against th
 
 from __future__ import annotations
 
-import verl.trainer.main_ppo as verl_main
+import pytest
 
-from agent_gym_verl import compat
+pytest.importorskip("verl")
+
+import verl.trainer.main_ppo as verl_main  # noqa: E402
+
+from agent_gym_verl import compat  # noqa: E402
 
 
 def test_the_hook_variable_is_in_the_jobs_runtime_env(monkeypatch):

@@ -13,6 +13,7 @@ import importlib.util
 
 import pytest
 
+pytest.importorskip("verl")
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("trl") is None, reason="trl is not installed next to verl")
 
 
