@@ -146,7 +146,7 @@ python3 -m agent_gym_verl.main_ppo \
     actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=$MICRO \
     trainer.critic_warmup=0 \
     trainer.logger='["console","file"]' \
-    trainer.project_name=agent_gym_gsm8k_tool \
+    trainer.project_name=agent-gym-gsm8k-tool \
     trainer.experiment_name=smollm2_135m_learn_part$PART \
     trainer.n_gpus_per_node=1 \
     trainer.nnodes=1 \

@@ -53,7 +53,7 @@ python3 -m agent_gym_verl.main_ppo \
     algorithm.use_kl_in_reward=False \
     trainer.critic_warmup=0 \
     trainer.logger='["console"]' \
-    trainer.project_name='agent_gym_gsm8k' \
+    trainer.project_name=agent-gym-gsm8k \
     trainer.experiment_name='qwen2_5_3b_grpo' \
     trainer.n_gpus_per_node=2 \
     trainer.nnodes=1 \

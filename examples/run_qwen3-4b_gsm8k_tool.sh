@@ -60,7 +60,7 @@ python3 -m agent_gym_verl.main_ppo \
     algorithm.use_kl_in_reward=False \
     trainer.critic_warmup=0 \
     trainer.logger='["console"]' \
-    trainer.project_name='agent_gym_gsm8k_tool' \
+    trainer.project_name=agent-gym-gsm8k-tool \
     trainer.experiment_name='qwen3_4b_step_grpo' \
     trainer.n_gpus_per_node=2 \
     trainer.nnodes=1 \

@@ -71,7 +71,7 @@ python3 -m "$PPO_MAIN" \
     actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=64 \
     trainer.critic_warmup=0 \
     trainer.logger='["console","file"]' `# file: $VERL_FILE_LOGGER_PATH, one JSON line per step` \
-    trainer.project_name=agent_gym_countdown \
+    trainer.project_name=agent-gym-countdown \
     trainer.experiment_name=smollm2_135m_easy_step_grpo \
     trainer.n_gpus_per_node=1 \
     trainer.nnodes=1 \

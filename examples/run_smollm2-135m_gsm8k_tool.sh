@@ -75,7 +75,7 @@ python3 -m agent_gym_verl.main_ppo \
     actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=$MICRO \
     trainer.critic_warmup=0 \
     trainer.logger='["console","file"]' `# file: $VERL_FILE_LOGGER_PATH, one JSON line per step` \
-    trainer.project_name=agent_gym_gsm8k_tool \
+    trainer.project_name=agent-gym-gsm8k-tool \
     trainer.experiment_name=smollm2_135m_${MODE}_grpo \
     trainer.n_gpus_per_node=1 \
     trainer.nnodes=1 \

@@ -16,6 +16,7 @@ from agent_gym_verl import compat  # noqa: E402
 def test_the_hook_variable_is_in_the_jobs_runtime_env(monkeypatch):
     monkeypatch.setattr(verl_main, "get_ppo_ray_runtime_env", verl_main.get_ppo_ray_runtime_env)  # restored after
     monkeypatch.setenv("VERL_USE_EXTERNAL_MODULES", "agent_gym_verl.fast_logprobs")
+    monkeypatch.delenv("VERL_FILE_LOGGER_PATH", raising=False)
     verls = getattr(verl_main, "_agent_gym_original_get_ppo_ray_runtime_env", verl_main.get_ppo_ray_runtime_env)
     unwrapped = verls()
     assert "VERL_USE_EXTERNAL_MODULES" not in unwrapped.get("env_vars", {})  # what verl alone gives the job
@@ -29,6 +30,17 @@ def test_the_hook_variable_is_in_the_jobs_runtime_env(monkeypatch):
 
     monkeypatch.setenv("VERL_USE_EXTERNAL_MODULES", "")  # switched off: nothing forwarded
     assert "VERL_USE_EXTERNAL_MODULES" not in verl_main.get_ppo_ray_runtime_env().get("env_vars", {})
+
+
+def test_the_file_loggers_path_reaches_the_task_runner_absolute(monkeypatch, tmp_path):
+    """verl's file logger runs in the TaskRunner actor: without the variable there it writes
+    ./<project_name>/<experiment_name>.jsonl in the worker's directory, not where the user asked."""
+    monkeypatch.setattr(verl_main, "get_ppo_ray_runtime_env", verl_main.get_ppo_ray_runtime_env)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", "runs/metrics.jsonl")
+    compat.forward_env_to_ray_workers()
+    env_vars = verl_main.get_ppo_ray_runtime_env()["env_vars"]
+    assert env_vars["VERL_FILE_LOGGER_PATH"] == str(tmp_path / "runs" / "metrics.jsonl")
 
 
 def test_main_installs_the_forwarding_before_verl_starts(monkeypatch):

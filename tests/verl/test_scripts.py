@@ -102,3 +102,30 @@ def test_step_mode_samples_are_segments_unless_asked(override, shown, tmp_path):
         return
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert f"step-mode samples={shown}," in proc.stdout
+
+
+def test_a_project_named_like_a_package_is_refused_before_ray_starts(tmp_path):
+    """verl's file logger would write ./agent_gym/...: a folder that Ray workers import instead of the package."""
+    proc = _dry_run("run_smollm2-135m_countdown.sh", "trainer.project_name=agent_gym", MODEL_PATH=str(tmp_path / "m"),
+                    DATA_DIR=str(tmp_path / "d"), VERL_FILE_LOGGER_PATH="")
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "trainer.project_name=agent_gym is the name of an importable module" in proc.stderr
+    assert "dry run" not in proc.stdout
+    ok = _dry_run("run_smollm2-135m_countdown.sh", "trainer.project_name=agent_gym", MODEL_PATH=str(tmp_path / "m"),
+                  DATA_DIR=str(tmp_path / "d"), VERL_FILE_LOGGER_PATH=str(tmp_path / "run.jsonl"))
+    assert ok.returncode == 0 and "dry run" in ok.stdout, ok.stderr[-2000:]
+
+
+def test_no_example_names_its_project_like_a_module():
+    """What the check above refuses, for every script as shipped (verl's file logger folder is the name)."""
+    import re
+
+    from agent_gym_verl.main_ppo import check_file_logger_folder
+
+    names = {}
+    for script in sorted((REPO / "examples").glob("*.sh")):
+        for name in re.findall(r"trainer\.project_name=(\S+)", script.read_text()):
+            names[script.name] = name
+            assert not name.strip("'\"").isidentifier(), (script.name, name)
+            check_file_logger_folder([f"trainer.project_name={name}", "trainer.logger=[console,file]"])
+    assert {"run_gemma3-270m_countdown.sh", "learn_smollm2-135m_gsm8k_tool.sh"} <= set(names)

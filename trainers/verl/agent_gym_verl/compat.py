@@ -228,10 +228,13 @@ def registered_estimator_fn(name: str) -> Any:
 # env_vars leave out what the launching shell sets: a cluster that ``ray.init`` starts inherits the
 # driver's environment anyway. Workers of a cluster started with ``ray start`` do not, so the hook the run
 # scripts export (VERL_USE_EXTERNAL_MODULES) never ran there (seen on an H200: verl's per-token log-prob
-# loop, a 106 s actor update). The wrapper adds the driver's value of each forwarded variable.
+# loop, a 106 s actor update), and verl's file logger, which runs in the TaskRunner actor, ignored
+# VERL_FILE_LOGGER_PATH and wrote ./<project_name>/<experiment_name>.jsonl instead. The wrapper adds the
+# driver's value of each forwarded variable; a path is made absolute against the driver's directory.
 
 #: variables the driver hands to every worker of the job when it has them set (and non-empty)
-FORWARDED_ENV_VARS = ("VERL_USE_EXTERNAL_MODULES",)
+FORWARDED_ENV_VARS = ("VERL_USE_EXTERNAL_MODULES", "VERL_FILE_LOGGER_PATH")
+_FORWARDED_PATHS = frozenset({"VERL_FILE_LOGGER_PATH"})
 
 
 def forward_env_to_ray_workers() -> None:
@@ -246,8 +249,10 @@ def forward_env_to_ray_workers() -> None:
     def get_ppo_ray_runtime_env(*args: Any, **kwargs: Any) -> dict[str, Any]:
         runtime_env = original(*args, **kwargs)
         for name in FORWARDED_ENV_VARS:
-            if os.environ.get(name):
-                runtime_env.setdefault("env_vars", {})[name] = os.environ[name]
+            value = os.environ.get(name)
+            if value:
+                runtime_env.setdefault("env_vars", {})[name] = (
+                    os.path.abspath(os.path.expanduser(value)) if name in _FORWARDED_PATHS else value)
         return runtime_env
 
     module.get_ppo_ray_runtime_env = get_ppo_ray_runtime_env

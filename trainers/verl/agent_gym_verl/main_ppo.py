@@ -24,7 +24,7 @@ from agent_gym_verl import compat
 
 from agent_gym_verl.trainer import STEP_TRAINER_FLAG, check_engine_batch_sizes, step_sample_kind
 
-__all__ = ["AgentGymTaskRunner", "install", "main", "dry_run", "STEP_TRAINER_FLAG"]
+__all__ = ["AgentGymTaskRunner", "install", "main", "dry_run", "check_file_logger_folder", "STEP_TRAINER_FLAG"]
 
 
 def _plain_class(cls: Any) -> type:
@@ -148,11 +148,49 @@ def dry_run(overrides: list[str]) -> Any:
     return cfg
 
 
+def _last_override(overrides: list[str], key: str) -> str | None:
+    values = [o.split("=", 1)[1] for o in overrides if o.lstrip("+").split("=", 1)[0] == key and "=" in o]
+    return values[-1].strip("'\"") if values else None
+
+
+def check_file_logger_folder(overrides: list[str]) -> None:
+    """Refuse a run whose verl file logger would create a folder that hides an installed package.
+
+    Without ``VERL_FILE_LOGGER_PATH``, verl's ``file`` logger writes ``./<project_name>/<experiment>.jsonl``
+    in the working directory, which Ray puts first on every worker's ``sys.path``. A project named like a
+    package, e.g. ``agent_gym_countdown``, then turns that package into an empty namespace package in
+    every worker started after the folder appears: with an editable install, the env's registration fails
+    there ("module 'agent_gym_countdown' has no attribute 'register'") and ``gym.make`` cannot find it.
+
+    Raises:
+        SystemExit: with what to change, when ``trainer.logger`` has ``file``, the variable is unset and
+            ``trainer.project_name`` is the name of an importable top-level module.
+    """
+    import importlib.util
+    import os
+
+    loggers = _last_override(overrides, "trainer.logger") or ""
+    project = _last_override(overrides, "trainer.project_name")
+    if "file" not in loggers or os.environ.get("VERL_FILE_LOGGER_PATH") or not project or not project.isidentifier():
+        return
+    try:
+        found = importlib.util.find_spec(project) is not None
+    except (ImportError, ValueError):
+        found = False
+    if found:
+        raise SystemExit(
+            f"agent_gym_verl.main_ppo: trainer.project_name={project} is the name of an importable module, and "
+            f"verl's file logger would write ./{project}/ (VERL_FILE_LOGGER_PATH is unset): Ray workers, which "
+            f"have this directory first on sys.path, would import that folder instead of the package. Name the "
+            f"project differently (e.g. {project.replace('_', '-')}) or set VERL_FILE_LOGGER_PATH=run.jsonl.")
+
+
 def main(argv: list[str] | None = None) -> None:
     import os
 
     if argv is not None:
         sys.argv = [sys.argv[0], *argv]
+    check_file_logger_folder(sys.argv[1:])
     if os.environ.get("AGENT_GYM_VERL_DRY_RUN"):
         dry_run(sys.argv[1:])
         return
