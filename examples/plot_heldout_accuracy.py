@@ -16,7 +16,7 @@ has one row: ``step`` (offset), ``part``, ``part_step``, ``val_acc``, ``val_se``
 ``tool_call_validity`` (``val-aux/<source>/tool_call_validity``, else tool_calls_valid / tool_calls_answered
 from their means), ``tool_calls_per_episode``, ``train_reward`` (``critic/score/mean`` of that step). The PNG
 (``--png``, needs matplotlib) shows accuracy with +-1 SE error bars (N in the legend) and the train reward
-of every step above tool-call validity, parts separated by dotted lines. The summary gives the first and last accuracy with their
+of every step above tool-call validity (that panel only when the files log validity), parts separated by dotted lines. The summary gives the first and last accuracy with their
 standard errors, the difference with its (unpaired) standard error, and the lowest validity.
 
 Exit status: 0 on success, 1 on a bad input file (or no validation in it, or no N), 2 on bad usage.
@@ -170,7 +170,11 @@ def plot(rows: Sequence[dict[str, Any]], path: Path, title: str, train: Sequence
     _curve.require_matplotlib()
     ns = sorted({r["val_n"] for r in rows})
     n_label = f"N={ns[0]}" if len(ns) == 1 else "N=" + "/".join(map(str, ns))
-    with _curve.png_figure(path, 2, 1, figsize=(8, 6), dpi=120, sharex=True, gridspec_kw={"height_ratios": [3, 1.4]}) as (_, (top, bottom)):
+    valid = [(r["step"], 100 * r["tool_call_validity"]) for r in rows if r["tool_call_validity"] is not None]
+    layout = ({"figsize": (8, 6), "sharex": True, "gridspec_kw": {"height_ratios": [3, 1.4]}} if valid
+              else {"figsize": (8, 4.5)})  # an env without tools logs no validity: no empty panel for it
+    with _curve.png_figure(path, 2 if valid else 1, 1, dpi=120, **layout) as (_, axes):
+        top, bottom = axes if valid else (axes, None)
         xs = [r["step"] for r in rows]
         top.errorbar(xs, [r["val_acc"] for r in rows], yerr=[r["val_se"] for r in rows], fmt="o-", color="tab:orange",
                      capsize=3, linewidth=1.5, label=f"held-out greedy accuracy, {n_label} (+-1 SE)")
@@ -180,7 +184,7 @@ def plot(rows: Sequence[dict[str, Any]], path: Path, title: str, train: Sequence
         if train:
             top.plot(*zip(*train), color="tab:blue", alpha=0.45, linewidth=1, label="train reward (sampled episodes)")
         starts = sorted({r["step"] for r in rows if r["part_step"] == 0 and r["part"] > 1})
-        for ax in (top, bottom):
+        for ax in (top, bottom) if bottom is not None else (top,):
             for x in starts:
                 ax.axvline(x, color="grey", linestyle=":", linewidth=1)
             ax.grid(True, alpha=0.3)
@@ -188,12 +192,14 @@ def plot(rows: Sequence[dict[str, Any]], path: Path, title: str, train: Sequence
         top.set_ylabel("accuracy")
         top.set_title(title)
         top.legend(loc="best", fontsize=8)
-        valid = [(r["step"], 100 * r["tool_call_validity"]) for r in rows if r["tool_call_validity"] is not None]
-        if valid:
-            bottom.plot(*zip(*valid), "o-", color="tab:green", label="tool calls that parse and run")
+        xlabel = "training step" + (" (dotted: a part starts on a fresh machine)" if starts else "")
+        if bottom is None:
+            top.set_xlabel(xlabel)
+            return
+        bottom.plot(*zip(*valid), "o-", color="tab:green", label="tool calls that parse and run")
         bottom.axhline(95, color="tab:red", linestyle="--", linewidth=1, label="95%")
         bottom.set_ylabel("validity (%)")
-        bottom.set_xlabel("training step" + (" (dotted: a part starts on a fresh machine)" if starts else ""))
+        bottom.set_xlabel(xlabel)
         bottom.legend(loc="lower left", fontsize=8)
 
 

@@ -118,3 +118,22 @@ def test_png(parts, tmp_path):
     png = tmp_path / "curve.png"
     assert pha.main([*map(str, parts), "--val-n", "512", "--png", str(png)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def test_png_of_an_env_without_tools_has_no_validity_panel(tmp_path, monkeypatch):
+    """Countdown-v0 logs no tool-call validity: the figure is the accuracy panel alone."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    run = _jsonl(tmp_path / "run.jsonl", [{"step": 0, "data": _val(0.18, calls=0, episodes=256)},
+                                          {"step": 5, "data": {**_val(0.27, calls=0, episodes=256), "critic/score/mean": 0.3}}])
+    figures = []
+    subplots = plt.subplots
+    monkeypatch.setattr(plt, "subplots", lambda *a, **k: figures.append(subplots(*a, **k)) or figures[-1])
+    assert pha.main([str(run), "--png", str(tmp_path / "c.png")]) == 0
+    assert len(figures[0][0].axes) == 1 and figures[0][0].axes[0].get_ylabel() == "accuracy"
+    assert figures[0][0].axes[0].get_xlabel() == "training step"
+    figures.clear()
+    assert pha.main([str(tmp_path / "run.jsonl"), str(_jsonl(tmp_path / "v.jsonl", [
+        {"step": 0, "data": _val(0.1, validity=1.0)}])), "--png", str(tmp_path / "d.png")]) == 0
+    assert [ax.get_ylabel() for ax in figures[0][0].axes] == ["accuracy", "validity (%)"]
