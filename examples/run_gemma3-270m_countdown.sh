@@ -23,7 +23,7 @@
 #
 # Gemma's vocabulary (262,144) is 5.3x SmolLM2's, and the log-prob passes hold a micro-batch's logits:
 # micro-batches of MICRO=16 samples (SmolLM2's script: 64) keep them about as large as SmolLM2's.
-# Untested on a GPU as written: start with STEPS=2 to check the pipeline (see docs/base-models.md).
+# On one H200: held-out greedy accuracy 0.180 -> 0.352 in 15 steps (docs/performance.md); STEPS=2 checks the pipeline.
 # Metrics: VERL_FILE_LOGGER_PATH=run.jsonl (one JSON line per step), then
 #   python examples/plot_training_curve.py run.jsonl --png curve.png
 set -xeuo pipefail
