@@ -105,15 +105,26 @@ def test_step_mode_samples_are_segments_unless_asked(override, shown, tmp_path):
 
 
 def test_a_project_named_like_a_package_is_refused_before_ray_starts(tmp_path):
-    """verl's file logger would write ./agent_gym/...: a folder that Ray workers import instead of the package."""
-    proc = _dry_run("run_smollm2-135m_countdown.sh", "trainer.project_name=agent_gym", MODEL_PATH=str(tmp_path / "m"),
-                    DATA_DIR=str(tmp_path / "d"), VERL_FILE_LOGGER_PATH="")
-    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "trainer.project_name=agent_gym is the name of an importable module" in proc.stderr
-    assert "dry run" not in proc.stdout
-    ok = _dry_run("run_smollm2-135m_countdown.sh", "trainer.project_name=agent_gym", MODEL_PATH=str(tmp_path / "m"),
-                  DATA_DIR=str(tmp_path / "d"), VERL_FILE_LOGGER_PATH=str(tmp_path / "run.jsonl"))
-    assert ok.returncode == 0 and "dry run" in ok.stdout, ok.stderr[-2000:]
+    """verl's file logger would write ./agent_gym_countdown/...: a folder that Ray workers import instead of
+    the editable-installed package (only its own finder finds it). A module on sys.path is not hidden."""
+    import importlib.machinery
+    import importlib.util
+
+    if importlib.util.find_spec("agent_gym_countdown") is None:
+        pytest.skip("the Countdown env package is not installed here")
+    common = dict(MODEL_PATH=str(tmp_path / "m"), DATA_DIR=str(tmp_path / "d"))
+    proc = _dry_run("run_smollm2-135m_countdown.sh", "trainer.project_name=agent_gym_countdown",
+                    VERL_FILE_LOGGER_PATH="", **common)
+    if importlib.machinery.PathFinder.find_spec("agent_gym_countdown") is None:  # an editable install
+        assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+        assert "trainer.project_name=agent_gym_countdown is the name of an installed module" in proc.stderr
+        assert "dry run" not in proc.stdout
+    else:
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    for project, logger_path in (("agent_gym_countdown", str(tmp_path / "run.jsonl")), ("json", "")):
+        ok = _dry_run("run_smollm2-135m_countdown.sh", f"trainer.project_name={project}",
+                      VERL_FILE_LOGGER_PATH=logger_path, **common)
+        assert ok.returncode == 0 and "dry run" in ok.stdout, (project, ok.stderr[-2000:])
 
 
 def test_no_example_names_its_project_like_a_module():

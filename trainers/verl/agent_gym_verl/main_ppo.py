@@ -162,24 +162,30 @@ def check_file_logger_folder(overrides: list[str]) -> None:
     every worker started after the folder appears: with an editable install, the env's registration fails
     there ("module 'agent_gym_countdown' has no attribute 'register'") and ``gym.make`` cannot find it.
 
+    A module that ``sys.path`` itself holds (a regular install, the standard library) is not hidden: the
+    path finder prefers a regular package to a namespace folder anywhere on the path. Only a module that
+    only a finder of its own finds (setuptools' editable installs) is, and only that one is refused.
+
     Raises:
         SystemExit: with what to change, when ``trainer.logger`` has ``file``, the variable is unset and
-            ``trainer.project_name`` is the name of an importable top-level module.
+            ``trainer.project_name`` names such a module.
     """
     import importlib.util
     import os
+    from importlib.machinery import PathFinder
 
     loggers = _last_override(overrides, "trainer.logger") or ""
     project = _last_override(overrides, "trainer.project_name")
     if "file" not in loggers or os.environ.get("VERL_FILE_LOGGER_PATH") or not project or not project.isidentifier():
         return
     try:
-        found = importlib.util.find_spec(project) is not None
+        on_path = PathFinder.find_spec(project)
+        found = importlib.util.find_spec(project)
     except (ImportError, ValueError):
-        found = False
-    if found:
+        return
+    if found is not None and (on_path is None or on_path.origin is None):  # no regular module on sys.path
         raise SystemExit(
-            f"agent_gym_verl.main_ppo: trainer.project_name={project} is the name of an importable module, and "
+            f"agent_gym_verl.main_ppo: trainer.project_name={project} is the name of an installed module, and "
             f"verl's file logger would write ./{project}/ (VERL_FILE_LOGGER_PATH is unset): Ray workers, which "
             f"have this directory first on sys.path, would import that folder instead of the package. Name the "
             f"project differently (e.g. {project.replace('_', '-')}) or set VERL_FILE_LOGGER_PATH=run.jsonl.")
