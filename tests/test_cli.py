@@ -617,3 +617,21 @@ def test_eval_keeps_a_users_omp_num_threads_and_no_progress_prints_nothing(threa
     assert main(argv) == 0
     assert os.environ["OMP_NUM_THREADS"] == "1" and "MKL_NUM_THREADS" not in os.environ
     assert capsys.readouterr().err == ""
+
+
+def test_eval_in_order_asking_more_tasks_than_the_split_has_is_a_usage_error(capsys):
+    # GSM8K's test split has 1319 problems; the error comes before any model loads.
+    argv = ["eval", "AgentR1/GSM8KTool-v0", "--split", "test", "--in-order", "--episodes", "1320", "--no-progress"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--in-order --episodes 1320: the test split has 1319 tasks; pass --episodes 1319 to play them all" in err
+
+
+def test_eval_vllm_refuses_a_lora_adapter_folder_and_names_the_export(tmp_path, capsys):
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "smollm2-135m-instruct", "peft_type": "LORA"}))
+    assert main(["eval", "AgentR1/GSM8KTool-v0", "--model", str(adapter), "--backend", "vllm", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert f"not the LoRA adapter folder {adapter}" in err
+    assert f"agent-gym export-model --model {adapter} --out DIR" in err

