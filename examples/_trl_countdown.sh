@@ -12,9 +12,11 @@
 #   2. trains STEPS optimizer steps: each generation batch is 32 training tasks x 8 episodes (a GRPO group per
 #      task) at temperature 1, split into 2 optimizer steps of 128 episodes, lr 1e-5, no KL: the verl recipes'
 #      batch (train_batch_size 32, n 8, ppo_mini_batch_size 16); the default 20 steps = verl's 10 steps.
-#      metrics.csv has one row per generation batch (steps 1, 3, 5, ...); the model is saved to RUN_DIR/model;
+#      metrics.csv has one row per generation batch (steps 1, 3, 5, ...), trl_logs.jsonl every metric TRL logs
+#      (loss, grad norm, learning rate, entropy, clipping, vLLM importance sampling); the model is saved to RUN_DIR/model;
 #   3. eval_end.json: the same greedy evaluation of the trained model;
-#   4. a line with the start and end accuracy and their standard errors, then curve.csv and curve.png
+#   4. the two evaluations compared task by task (examples/compare_evals.py: accuracies, the difference with
+#      its paired standard error, tasks gained and lost; heldout_per_task.csv), then curve.csv and curve.png
 #      (examples/plot_training_curve.py: train reward per optimizer step; needs matplotlib).
 # train.log ends with the steady-state rate (steps 2..N: seconds per optimizer step, episodes/s).
 # Settings (environment): MODEL_PATH, RUN_DIR, STEPS (20), TASKS (4096 training tasks), EVAL_EPISODES (256),
@@ -48,14 +50,9 @@ python3 examples/train_trl.py AgentR1/Countdown-v0 "${ENV_ARGS[@]}" --split trai
   --model "$MODEL_PATH" --use-vllm --vllm-mode colocate --vllm-gpu-memory-utilization "$GPU_MEM" --bf16 \
   "${BATCH_ARGS[@]}" --num-generations 8 --max-completion-length 128 \
   --lr 1e-5 --beta 0 --temperature 1.0 --steps "$STEPS" \
-  --metrics-csv "$RUN_DIR/metrics.csv" --output-dir "$RUN_DIR/model" --save "$@" 2>&1 | tee "$RUN_DIR/train.log"
+  --metrics-csv "$RUN_DIR/metrics.csv" --log-jsonl "$RUN_DIR/trl_logs.jsonl" --output-dir "$RUN_DIR/model" --save "$@" \
+  2>&1 | tee "$RUN_DIR/train.log"
 evaluate "$RUN_DIR/model" eval_end
-python3 - "$RUN_DIR" <<'PY'
-import json, math, sys
-start, end = (json.load(open(f"{sys.argv[1]}/{name}.json")) for name in ("eval_start", "eval_end"))
-se = lambda s: math.sqrt(s["accuracy"] * (1 - s["accuracy"]) / s["episodes"])
-print(f"greedy held-out accuracy: {start['accuracy']:.3f} (SE {se(start):.3f}) -> {end['accuracy']:.3f} "
-      f"(SE {se(end):.3f}) on {end['episodes']} tasks")
-PY
+python3 examples/compare_evals.py "$RUN_DIR/eval_start.jsonl" "$RUN_DIR/eval_end.jsonl" --csv "$RUN_DIR/heldout_per_task.csv"
 python3 examples/plot_training_curve.py "$RUN_DIR/metrics.csv" --csv "$RUN_DIR/curve.csv" --png "$RUN_DIR/curve.png" \
   --title "$TITLE"

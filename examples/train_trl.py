@@ -59,6 +59,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-completion-length", type=int, default=128,
                    help="ids per episode after the first prompt: every turn and env reply together; also a turn's limit")
     p.add_argument("--lr", type=float, default=1e-5, help="learning rate")
+    p.add_argument("--lr-scheduler", default="linear", choices=("linear", "constant", "cosine"),
+                   help="how the learning rate changes over --steps: TRL's default linear decays it to 0; verl's "
+                        "actor keeps it constant")
     p.add_argument("--beta", type=float, default=0.0, help="KL coefficient (0: no reference model)")
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
     p.add_argument("--grad-accum", type=int, default=1, help="gradient accumulation steps")
@@ -85,6 +88,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "--steps-per-generation / --grad-accum optimizer steps): the step, wall seconds, the seconds of the steps since the last row, reward "
                         "(mean return) and its std, correctness, turns, tool calls, tool errors, policy ids; written "
                         "as it trains, so a stopped run keeps its rows")
+    p.add_argument("--log-jsonl", default=None, metavar="PATH.jsonl",
+                   help="write every log TRL makes as one JSON line ({\"step\": ..., **logs}): loss, grad norm, learning "
+                        "rate, entropy, clip ratios, the vLLM importance-sampling metrics (sampling/...), the env's "
+                        "counters (env/...); written as it trains")
     p.add_argument("--report-to", default="none", help="TRL/transformers loggers: none, tensorboard, wandb, trackio")
     p.add_argument("--save", action="store_true", help="save the trained model to --output-dir at the end")
     args = p.parse_args(argv)
@@ -139,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         steps_per_generation=args.steps_per_generation,
         max_steps=args.steps,
         learning_rate=args.lr,
+        lr_scheduler_type=args.lr_scheduler,
         beta=args.beta,
         temperature=args.temperature,
         logging_steps=args.logging_steps,
@@ -158,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     csv_writer = csv.writer(csv_file) if csv_file else None
     if csv_writer:
         csv_writer.writerow(CSV_FIELDS)
+    log_file = open(args.log_jsonl, "w", encoding="utf-8") if args.log_jsonl else None
 
     class PrintSteps(TrainerCallback):
         last_row = 0  # the optimizer step of the last CSV row
@@ -169,6 +178,9 @@ def main(argv: list[str] | None = None) -> int:
             step_seconds[state.global_step] = time.perf_counter() - self.begun
 
         def on_log(self, _args, state, _control, logs=None, **kwargs):
+            if logs and log_file:
+                log_file.write(json.dumps({"step": state.global_step, **logs}) + "\n")
+                log_file.flush()
             if logs and "env/return" in logs:
                 elapsed = time.perf_counter() - started
                 print(
@@ -211,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
             writer.close()
         if csv_file is not None:
             csv_file.close()
+        if log_file is not None:
+            log_file.close()
         rollout.close()
     if args.save:
         if args.bf16:

@@ -32,11 +32,12 @@ def test_help_and_bad_arguments():
 
 
 def test_two_steps_train_and_write_the_episodes_and_the_metrics(tmp_path):
-    trajectories, metrics = tmp_path / "episodes.jsonl", tmp_path / "metrics.csv"
+    trajectories, metrics, logs = tmp_path / "episodes.jsonl", tmp_path / "metrics.csv", tmp_path / "logs.jsonl"
     done = run(
         "AgentR1/ArithmeticTool-v0", "--env-kwarg", "level=1", "--env-kwarg", "few_shot=true",
         "--rows", "2", "--steps", "2", "--batch-size", "2", "--num-generations", "2", "--max-completion-length", "24",
         "--output-dir", str(tmp_path / "out"), "--trajectories", str(trajectories), "--metrics-csv", str(metrics),
+        "--log-jsonl", str(logs), "--lr-scheduler", "constant",
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert 'AgentR1/ArithmeticTool-v0 {"few_shot": true, "level": 1}: 2 rows' in done.stdout
@@ -56,6 +57,13 @@ def test_two_steps_train_and_write_the_episodes_and_the_metrics(tmp_path):
         returns = [e.return_ for e in episodes[2 * step:2 * step + 2]]
         assert float(row["reward"]) == pytest.approx(sum(returns) / 2, abs=1e-5)
         assert float(row["step_s"]) > 0 and float(row["wall_s"]) > 0
+    # every TRL log, one JSON line each: the per-step ones carry the loss and the (constant) learning rate
+    lines = [json.loads(line) for line in logs.open()]
+    per_step = [line for line in lines if "loss" in line]
+    assert [line["step"] for line in per_step] == [1, 2]
+    assert [line["learning_rate"] for line in per_step] == [1e-5, 1e-5]
+    assert [line["reward"] for line in per_step] == pytest.approx([float(r["reward"]) for r in rows], abs=1e-5)
+    assert all("env/tool_calls" in line and "grad_norm" in line for line in per_step)
 
 
 def test_steps_per_generation_must_be_positive():
