@@ -470,7 +470,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     source = _user_errors(lambda: resolve_model(args.model))
     if args.backend == "vllm" and args.model is not None and (Path(args.model).expanduser() / "adapter_config.json").is_file():
         raise UsageError(f"--backend vllm needs a Hugging Face model folder, not the LoRA adapter folder {args.model} "
-                         f"(vLLM would load its base without it): `agent-gym export-model --model {args.model} --out DIR` "
+                         f"(vLLM loads model folders, not adapters): `agent-gym export-model --model {args.model} --out DIR` "
                          "writes the merged model; then --model DIR")
     if args.backend == "vllm" and (args.model is None or "gguf_file" in source.kwargs):
         raise UsageError("--backend vllm needs --model, a Hugging Face model folder (vLLM cannot read the "
