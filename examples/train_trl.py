@@ -25,6 +25,8 @@ import time
 import warnings
 
 
+#: TRL's vllm_importance_sampling_mode values (TRL's default first)
+IS_MODES = ("sequence_mask", "sequence_truncate", "token_mask", "token_truncate")
 CSV_FIELDS = ["step", "wall_s", "step_s", "reward", "reward_std", "correct", "turns", "tool_calls", "tool_errors",
               "policy_ids"]
 
@@ -81,6 +83,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="colocate: vLLM inside the training process; server: a separate `trl vllm-serve --model M`")
     p.add_argument("--vllm-server-base-url", default=None, help="server mode: the server's URL (default host:port 0.0.0.0:8000)")
     p.add_argument("--vllm-gpu-memory-utilization", type=float, default=0.3, help="colocate mode: vLLM's share of GPU memory")
+    p.add_argument("--vllm-importance-sampling", default="sequence_mask", choices=IS_MODES + ("off",),
+                   help="how TRL corrects for vLLM's sampling log-probs differing from the trainer's (TRL's "
+                        "vllm_importance_sampling_mode; ratios outside [0, 3] masked or clipped, per sequence or per "
+                        "token); off: no correction, as in verl's recipes")
     p.add_argument("--trajectories", default=None, metavar="PATH.jsonl",
                    help="append every episode (ids, log-probs, rewards, info) to this JSONL file")
     p.add_argument("--metrics-csv", default=None, metavar="PATH.csv",
@@ -100,6 +106,37 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.steps_per_generation is not None and args.steps_per_generation < 1:
         p.error(f"--steps-per-generation must be >= 1, got {args.steps_per_generation}")
     return args
+
+
+def grpo_config_kwargs(args: argparse.Namespace, gpu: bool) -> dict:
+    """GRPOConfig's arguments from the command line (``gpu``: whether CUDA is there)."""
+    return dict(
+        output_dir=args.output_dir,
+        use_cpu=not gpu,
+        bf16=args.bf16,
+        per_device_train_batch_size=args.batch_size,
+        num_generations=args.num_generations,
+        max_completion_length=args.max_completion_length,
+        gradient_accumulation_steps=args.grad_accum,
+        steps_per_generation=args.steps_per_generation,
+        max_steps=args.steps,
+        learning_rate=args.lr,
+        lr_scheduler_type=args.lr_scheduler,
+        beta=args.beta,
+        temperature=args.temperature,
+        logging_steps=args.logging_steps,
+        gradient_checkpointing=args.gradient_checkpointing,
+        save_strategy="no",
+        report_to=args.report_to,
+        disable_tqdm=True,
+        seed=args.seed,
+        use_vllm=args.use_vllm,
+        vllm_mode=args.vllm_mode,
+        vllm_server_base_url=args.vllm_server_base_url,
+        vllm_gpu_memory_utilization=args.vllm_gpu_memory_utilization,
+        vllm_importance_sampling_correction=args.vllm_importance_sampling != "off",
+        vllm_importance_sampling_mode=args.vllm_importance_sampling if args.vllm_importance_sampling != "off" else IS_MODES[0],
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,31 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     dataset = env_dataset(args.env_id, args.rows or None, split=args.split, env_kwargs=env_kwargs, tokenizer=tokenizer)
     writer = TrajectoryWriter(args.trajectories) if args.trajectories else None
     rollout = EnvRollout(on_episode=(lambda t, env: writer.write(t)) if writer else None)
-    config = GRPOConfig(
-        output_dir=args.output_dir,
-        use_cpu=not gpu,
-        bf16=args.bf16,
-        per_device_train_batch_size=args.batch_size,
-        num_generations=args.num_generations,
-        max_completion_length=args.max_completion_length,
-        gradient_accumulation_steps=args.grad_accum,
-        steps_per_generation=args.steps_per_generation,
-        max_steps=args.steps,
-        learning_rate=args.lr,
-        lr_scheduler_type=args.lr_scheduler,
-        beta=args.beta,
-        temperature=args.temperature,
-        logging_steps=args.logging_steps,
-        gradient_checkpointing=args.gradient_checkpointing,
-        save_strategy="no",
-        report_to=args.report_to,
-        disable_tqdm=True,
-        seed=args.seed,
-        use_vllm=args.use_vllm,
-        vllm_mode=args.vllm_mode,
-        vllm_server_base_url=args.vllm_server_base_url,
-        vllm_gpu_memory_utilization=args.vllm_gpu_memory_utilization,
-    )
+    config = GRPOConfig(**grpo_config_kwargs(args, gpu))
 
     step_seconds: dict[int, float] = {}  # optimizer step -> its wall seconds (generation included when it ran)
     csv_file = open(args.metrics_csv, "w", newline="") if args.metrics_csv else None
@@ -213,7 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     trainer.remove_callback(PrinterCallback)  # one line per step from PrintSteps instead of every metric
     print(f"{args.env_id} {json.dumps(env_kwargs, sort_keys=True)}: {len(dataset)} rows, model {args.model}, "
-          f"{'GPU' if gpu else 'CPU'}{' + vLLM ' + args.vllm_mode if args.use_vllm else ''}; weights "
+          f"{'GPU' if gpu else 'CPU'}{' + vLLM ' + args.vllm_mode if args.use_vllm else ''}"
+          f"{'; vLLM importance sampling ' + args.vllm_importance_sampling if args.use_vllm else ''}; weights "
           f"{str(next(model.parameters()).dtype).removeprefix('torch.')}, compute {'bfloat16' if args.bf16 else 'float32'}",
           flush=True)
     try:

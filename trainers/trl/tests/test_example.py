@@ -123,3 +123,28 @@ def test_bf16_keeps_float32_master_weights_and_saves_bfloat16(tmp_path):
     with safe_open(str(out / "model.safetensors"), "pt") as f:
         dtypes = {str(f.get_slice(name).get_dtype()) for name in f.keys()}
     assert dtypes == {"BF16"}
+
+
+# TRL's GRPOConfig sets transformers' gradient_checkpointing, deprecated for v6 (train_trl.py silences it too).
+@pytest.mark.filterwarnings("ignore:.*gradient_checkpointing.* is deprecated:FutureWarning")
+def test_the_config_carries_the_schedule_and_the_vllm_importance_sampling_choice():
+    """GRPOConfig (the real one) takes what the command line sets; off turns TRL's correction off."""
+    import importlib.util
+
+    from trl import GRPOConfig
+
+    spec = importlib.util.spec_from_file_location("train_trl", SCRIPT)
+    train_trl = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(train_trl)
+    for argv, correction, mode, schedule in [
+        ([], True, "sequence_mask", "linear"),  # TRL's defaults
+        (["--vllm-importance-sampling", "token_truncate", "--lr-scheduler", "cosine"], True, "token_truncate", "cosine"),
+        (["--vllm-importance-sampling", "off", "--lr-scheduler", "constant"], False, "sequence_mask", "constant"),
+    ]:
+        args = train_trl.parse_args(["AgentR1/Arithmetic-v0", "--output-dir", "/tmp/unused", *argv])
+        config = GRPOConfig(**train_trl.grpo_config_kwargs(args, gpu=False))
+        assert config.vllm_importance_sampling_correction is correction
+        assert config.vllm_importance_sampling_mode == mode
+        assert str(config.lr_scheduler_type.value if hasattr(config.lr_scheduler_type, "value") else config.lr_scheduler_type) == schedule
+    done = run("AgentR1/Arithmetic-v0", "--vllm-importance-sampling", "sometimes")
+    assert done.returncode == 2 and "invalid choice: 'sometimes'" in done.stderr
