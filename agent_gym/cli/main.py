@@ -468,7 +468,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     model_name = args.model or DEFAULT_MODEL
     # A --model that is no path and no hub name fails here, before transformers or torch is imported.
     source = _user_errors(lambda: resolve_model(args.model))
-    if args.backend == "vllm" and args.model is not None and (Path(args.model).expanduser() / "adapter_config.json").is_file():
+    if args.backend == "vllm" and source.adapter is not None and source.name is None:  # a user's adapter folder
         raise UsageError(f"--backend vllm needs a Hugging Face model folder, not the LoRA adapter folder {args.model} "
                          f"(vLLM loads model folders, not adapters): `agent-gym export-model --model {args.model} --out DIR` "
                          "writes the merged model; then --model DIR")
@@ -626,10 +626,10 @@ def _in_order_task_ids(env: Any, episodes: int, split: str | None) -> list[str]:
 
     base = env.unwrapped
     tasks = _user_errors(lambda: source_tasks(env, episodes))
-    if getattr(base, "tasks", None) is not None and len(tasks) < episodes:
-        raise UsageError(f"--in-order --episodes {episodes}: the {split or 'default'} split has {len(tasks)} tasks; "
-                         f"pass --episodes {len(tasks)} to play them all")
-    if getattr(base, "tasks", None) is None and len(tasks) < episodes:
+    if len(tasks) < episodes:
+        if getattr(base, "tasks", None) is not None:  # a finite source: fewer tasks than asked for
+            raise UsageError(f"--in-order --episodes {episodes}: the {split or 'default'} split has {len(tasks)} tasks; "
+                             f"pass --episodes {len(tasks)} to play them all")
         # A generating source whose seeds 0..N-1 repeat tasks: play the distinct ones.
         print(f"{PROG}: --in-order: seeds 0..{episodes - 1} draw {len(tasks)} distinct tasks; playing those",
               file=sys.stderr)
