@@ -49,6 +49,8 @@ class Turn:
     """The ids decoded (for parsing and the message record only; never re-encoded)."""
     parsed: ParsedResponse
     """Tool calls found in ``text`` (empty when the env offers no tools)."""
+    ids_after_end_of_turn: int = 0
+    """How many ids the action held after its first end-of-turn id: cut off, never graded or appended."""
 
 
 @dataclass
@@ -103,7 +105,8 @@ class AgentEnv(gym.Env[ObsType, np.ndarray]):
 
     Observation: ``{"messages", "tools", "prompt_ids"}`` (see :class:`ChatContextSpace`).
     Action: generated token ids (:class:`TokenSequence`); a ``str`` is accepted as a convenience and
-    encoded, but ids are canonical.
+    encoded, but ids are canonical. A turn ends at its first end-of-turn id: ids after it are cut (not
+    graded, not appended) and counted in ``info["ids_after_end_of_turn"]``.
 
     ``info`` after every step: ``turn``, ``tool_calls``, ``tool_errors`` (cumulative counts),
     ``tool_error_kinds``, ``format_errors``, ``new_segment``, ``context_tokens``, ``task_id``; on the
@@ -267,9 +270,26 @@ class AgentEnv(gym.Env[ObsType, np.ndarray]):
         ids, problem = self._coerce_action(action)
         if problem is not None:
             return None, problem
+        ids, cut = self._cut_at_end_of_turn(ids)
         text = self.template.decode(ids[: len(ids) - self._end_len(ids)])
         parsed = self.parser.parse(text) if self.tools else ParsedResponse(content=text.strip(), calls=(), errors=())
-        return Turn(index=self._turn, ids=tuple(ids), text=text, parsed=parsed), None
+        return Turn(index=self._turn, ids=tuple(ids), text=text, parsed=parsed, ids_after_end_of_turn=cut), None
+
+    def _cut_at_end_of_turn(self, ids: list[int]) -> tuple[list[int], int]:
+        """``ids`` up to and including the first end-of-turn sequence, and how many ids followed it.
+
+        The turn ends where the policy ended it: what a sampler emitted after the end-of-turn id
+        (padding, a second answer) is not part of the turn, so it is neither graded nor appended to
+        the context (the next prompt ids continue from the kept ids)."""
+        eot = self.template.end_of_turn_ids
+        n = len(eot)
+        if not n or len(ids) <= n:
+            return ids, 0
+        first = eot[0]
+        for i in range(len(ids) - n):  # an end-of-turn that is already last cuts nothing
+            if ids[i] == first and ids[i : i + n] == eot:
+                return ids[: i + n], len(ids) - (i + n)
+        return ids, 0
 
     def _coerce_action(self, action: Any) -> tuple[list[int], str | None]:
         if isinstance(action, str):
@@ -400,6 +420,8 @@ class AgentEnv(gym.Env[ObsType, np.ndarray]):
         terminated, truncated = bool(reply.terminated), bool(reply.truncated)
         new_segment = False
         if turn is not None:
+            if turn.ids_after_end_of_turn:
+                info["ids_after_end_of_turn"] = turn.ids_after_end_of_turn
             self._count_turn(turn)
             ctx.append_action(turn.ids, self._assistant_message(turn))
             if reply.rewrite is not None and not (terminated or truncated):

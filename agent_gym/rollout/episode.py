@@ -134,12 +134,16 @@ async def play_episode(
         seconds = time.perf_counter() - started
         env_s += seconds
         done = bool(terminated or truncated)
+        # The env keeps a turn up to its first end-of-turn id and says how many ids followed it; the
+        # record keeps the same ids, so that prompt + response is the next prompt's prefix.
+        kept = len(generation.ids) - int(info.get("ids_after_end_of_turn", 0) or 0)
+        logprobs = generation.logprobs
         record = StepRecord(
             trajectory_id=trajectory_id,
             step=len(steps),
             prompt_ids=prompt,
-            response_ids=list(generation.ids),
-            response_logprobs=None if generation.logprobs is None else [float(x) for x in generation.logprobs],
+            response_ids=list(generation.ids)[:kept],
+            response_logprobs=None if logprobs is None else [float(x) for x in list(logprobs)[:kept]],
             reward=float(reward),
             terminated=bool(terminated),
             truncated=bool(truncated),
