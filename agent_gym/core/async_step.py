@@ -69,7 +69,8 @@ async def _passive_env_checker(self: common.PassiveEnvChecker, action: Any) -> S
         obs, _, _, _, info = result
         from gymnasium.utils.passive_env_checker import env_data_reuse_passive_checker
 
-        env_data_reuse_passive_checker(self._previous_data, (obs, info), "step", "step")
+        previous: Any = self._previous_data  # gymnasium types it as None until its first reset
+        env_data_reuse_passive_checker(previous, (obs, info), "step", "step")
         self._previous_data = None
         self.checked_data_reuse = True
     return result
@@ -77,8 +78,9 @@ async def _passive_env_checker(self: common.PassiveEnvChecker, action: Any) -> S
 
 async def _time_limit(self: common.TimeLimit, action: Any) -> StepResult:
     obs, reward, terminated, truncated, info = await astep(self.env, action)
-    self._elapsed_steps += 1
-    if self._elapsed_steps >= self._max_episode_steps:
+    elapsed: int = (self._elapsed_steps or 0) + 1  # gymnasium types the counter as None before reset
+    self._elapsed_steps = elapsed  # type: ignore[assignment]
+    if elapsed >= self._max_episode_steps:
         truncated = True
     return obs, reward, terminated, truncated, info
 

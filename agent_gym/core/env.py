@@ -20,7 +20,7 @@ import copy
 import json
 from abc import abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Any, ClassVar, Generic, Mapping, Sequence, TypeVar, cast
 
 import gymnasium as gym
 import numpy as np
@@ -29,12 +29,16 @@ from agent_gym.chat.context import ChatContext
 from agent_gym.chat.template import ChatTemplate
 from agent_gym.core.prompts import tool_prompt_variables
 from agent_gym.core.spaces import ChatContextSpace, TokenSequence
+from agent_gym.core.types import Observation, ResetInfo, StepInfo
 from agent_gym.models import load_tokenizer
 from agent_gym.tools import ParsedResponse, Tool, ToolExecutor, ToolResult, get_parser
 
-__all__ = ["AgentEnv", "Turn", "EnvReply", "Grade", "ObsType"]
+__all__ = ["AgentEnv", "Turn", "EnvReply", "Grade", "ObsType", "TaskT"]
 
-ObsType = dict[str, Any]
+#: The observation type of every agent env (kept under gymnasium's name for it).
+ObsType = Observation
+#: The task type of an env: GSM8K's ``GSM8KTask``, Countdown's ``CountdownTask``, a mapping, ...
+TaskT = TypeVar("TaskT")
 
 
 @dataclass(frozen=True)
@@ -85,7 +89,7 @@ class EnvReply:
     rewrite: list[dict[str, Any]] | None = None
 
 
-class AgentEnv(gym.Env[ObsType, np.ndarray]):
+class AgentEnv(gym.Env[Observation, np.ndarray], Generic[TaskT]):
     """A chat-based agent task.
 
     Args:
@@ -113,9 +117,7 @@ class AgentEnv(gym.Env[ObsType, np.ndarray]):
     final step also ``reward_components``, ``correct`` and the env's grading details.
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "human"], "render_fps": 1}
-    #: One-line description shown by ``agent-gym list``.
-    description: ClassVar[str] = ""
+    metadata: dict[str, Any] = {"render_modes": ["ansi", "human"], "render_fps": 1}  # noqa: RUF012 - gymnasium's
 
     def __init__(
         self,
@@ -153,22 +155,22 @@ class AgentEnv(gym.Env[ObsType, np.ndarray]):
         # limit still records the action, then truncates).
         self.observation_space = ChatContextSpace(vocab, self.max_context_tokens + self.max_action_tokens)
         self.context: ChatContext | None = None
-        self.task: Any = None
+        self.task: TaskT | None = None
         self._done = True
 
     # -- hooks for task authors ----------------------------------------------------------------------
 
     @abstractmethod
-    def sample_task(self, rng: np.random.Generator) -> Any:
+    def sample_task(self, rng: np.random.Generator) -> TaskT:
         """Draw a task from the env's task source using ``rng`` (seeded by ``reset(seed=...)``)."""
 
     @abstractmethod
-    def get_task(self, task_id: str) -> Any:
+    def get_task(self, task_id: str) -> TaskT:
         """The task with this id; raise ``KeyError`` with a helpful message if there is none."""
 
-    def task_from_dict(self, task: Mapping[str, Any]) -> Any:
+    def task_from_dict(self, task: Mapping[str, Any]) -> TaskT:
         """Build a task from ``reset(options={"task": {...}})`` (default: the mapping itself)."""
-        return dict(task)
+        return cast(TaskT, dict(task))
 
     @staticmethod
     def task_id_of(task: Any) -> str | None:
@@ -177,11 +179,11 @@ class AgentEnv(gym.Env[ObsType, np.ndarray]):
         return None if value is None else str(value)
 
     @abstractmethod
-    def initial_messages(self, task: Any) -> list[dict[str, Any]]:
+    def initial_messages(self, task: TaskT) -> list[dict[str, Any]]:
         """The chat that opens an episode on ``task`` (system prompt, user question, ...)."""
 
     @abstractmethod
-    def grade(self, task: Any, turn: Turn) -> Grade:
+    def grade(self, task: TaskT, turn: Turn) -> Grade:
         """The outcome reward for ``turn``, the episode's final response."""
 
     def respond(self, turn: Turn) -> EnvReply:
@@ -206,7 +208,11 @@ class AgentEnv(gym.Env[ObsType, np.ndarray]):
 
     # -- gymnasium API ---------------------------------------------------------------------------------
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[ObsType, dict[str, Any]]:
+    # The info types narrow gymnasium's ``dict[str, Any]`` to the documented keys; at run time they are
+    # plain dicts, so the override is sound for every caller that treats them as gymnasium does.
+    def reset(  # type: ignore[override]
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Observation, ResetInfo]:
         """Start an episode.
 
         Args:
@@ -230,9 +236,10 @@ class AgentEnv(gym.Env[ObsType, np.ndarray]):
         self._counts = {"tool_calls": 0, "tool_errors": 0, "format_errors": 0}
         self._error_kinds: dict[str, int] = {}
         self._done = False
-        return self.context.observation(), {"task_id": self.task_id_of(self.task), "context_tokens": len(self.context)}
+        info: ResetInfo = {"task_id": self.task_id_of(self.task), "context_tokens": len(self.context)}
+        return cast(Observation, self.context.observation()), info
 
-    def step(self, action: Any) -> tuple[ObsType, float, bool, bool, dict[str, Any]]:
+    def step(self, action: Any) -> tuple[Observation, float, bool, bool, StepInfo]:  # type: ignore[override]
         """Apply the policy's action (generated token ids). Never raises on bad actions: an invalid
         action ends the episode with reward 0 and ``info["invalid_action"]`` saying why.
 
@@ -244,7 +251,7 @@ class AgentEnv(gym.Env[ObsType, np.ndarray]):
         reply = self._invalid_reply(problem) if turn is None else self.respond(turn)
         return self._finish_step(turn, reply)
 
-    async def astep(self, action: Any) -> tuple[ObsType, float, bool, bool, dict[str, Any]]:
+    async def astep(self, action: Any) -> tuple[Observation, float, bool, bool, StepInfo]:
         """:meth:`step` for event loops: waiting tools do not block other episodes."""
         turn, problem = self._begin_step(action)
         reply = self._invalid_reply(problem) if turn is None else await self.arespond(turn)
@@ -375,15 +382,16 @@ class AgentEnv(gym.Env[ObsType, np.ndarray]):
         return EnvReply(messages=messages, info={"tool_results": [r.error_kind or "ok" for r in results]})
 
     def _final_reply(self, turn: Turn) -> EnvReply:
+        assert self.task is not None  # a step follows a reset
         grade = self.grade(self.task, turn)
         truncated = self.tools and turn.parsed.has_tool_calls  # a tool call on the last allowed turn
-        info = {"correct": grade.correct, "reward_components": dict(grade.components or {"outcome": grade.reward})}
+        info: dict[str, Any] = {"correct": grade.correct, "reward_components": dict(grade.components or {"outcome": grade.reward})}
         info.update(grade.info)
         if truncated:
             info["truncated_reason"] = "max_turns"
         return EnvReply(reward=float(grade.reward), terminated=not truncated, truncated=bool(truncated), info=info)
 
-    def _invalid_reply(self, problem: str) -> EnvReply:
+    def _invalid_reply(self, problem: str | None) -> EnvReply:
         self._counts["format_errors"] += 1
         return EnvReply(
             reward=0.0,
@@ -391,7 +399,7 @@ class AgentEnv(gym.Env[ObsType, np.ndarray]):
             info={"invalid_action": problem, "correct": False, "reward_components": {"outcome": 0.0}},
         )
 
-    def _finish_step(self, turn: Turn | None, reply: EnvReply) -> tuple[ObsType, float, bool, bool, dict[str, Any]]:
+    def _finish_step(self, turn: Turn | None, reply: EnvReply) -> tuple[Observation, float, bool, bool, StepInfo]:
         ctx = self.context
         assert ctx is not None
         snapshot = ctx.snapshot()
@@ -405,17 +413,17 @@ class AgentEnv(gym.Env[ObsType, np.ndarray]):
                 self._turn -= 1
             return self._render_failure(ctx, exc)
 
-    def _render_failure(self, ctx: ChatContext, exc: Exception) -> tuple[ObsType, float, bool, bool, dict[str, Any]]:
+    def _render_failure(self, ctx: ChatContext, exc: Exception) -> tuple[Observation, float, bool, bool, StepInfo]:
         info: dict[str, Any] = {"task_id": self.task_id_of(self.task), "turn": self._turn, **self._counts}
         info["tool_error_kinds"] = dict(self._error_kinds)
         info.update(new_segment=False, segment=ctx.segment, context_tokens=len(ctx), truncated_reason="render_error")
         info["render_error"] = f"{type(exc).__name__}: {exc}"
         self._done = True
-        return ctx.observation(), 0.0, False, True, info
+        return cast(Observation, ctx.observation()), 0.0, False, True, cast(StepInfo, info)
 
     def _apply_step(
         self, ctx: ChatContext, turn: Turn | None, reply: EnvReply
-    ) -> tuple[ObsType, float, bool, bool, dict[str, Any]]:
+    ) -> tuple[Observation, float, bool, bool, StepInfo]:
         info: dict[str, Any] = {"task_id": self.task_id_of(self.task), "turn": self._turn}
         terminated, truncated = bool(reply.terminated), bool(reply.truncated)
         new_segment = False
@@ -446,7 +454,7 @@ class AgentEnv(gym.Env[ObsType, np.ndarray]):
         self._done = terminated or truncated
         if self.render_mode == "human":
             self.render()
-        return ctx.observation(), float(reply.reward), terminated, truncated, info
+        return cast(Observation, ctx.observation()), float(reply.reward), terminated, truncated, cast(StepInfo, info)
 
     def _count_turn(self, turn: Turn) -> None:
         if not self.tools:

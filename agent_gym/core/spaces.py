@@ -13,6 +13,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from gymnasium import spaces
 
+from agent_gym.core.types import Observation
+
 __all__ = ["TokenSequence", "ChatContextSpace", "MESSAGE_ROLES"]
 
 #: Roles a chat message may have (OpenAI chat format).
@@ -75,7 +77,7 @@ class TokenSequence(spaces.Space[np.ndarray]):
         )
 
 
-class ChatContextSpace(spaces.Space[dict]):
+class ChatContextSpace(spaces.Space[Observation]):
     """The observation of an agent env: a chat context plus the exact ids the policy continues from.
 
     An element is a dict with
@@ -105,12 +107,12 @@ class ChatContextSpace(spaces.Space[dict]):
     def is_np_flattenable(self) -> bool:
         return False
 
-    def sample(self, mask: Any = None, probability: Any = None) -> dict[str, Any]:
+    def sample(self, mask: Any = None, probability: Any = None) -> Observation:
         if mask is not None or probability is not None:
             raise NotImplementedError("ChatContextSpace.sample does not support mask or probability")
         alphabet = np.array(list("abcdefghijklmnopqrstuvwxyz 0123456789"))
         n_messages = int(self.np_random.integers(1, 5))
-        messages = []
+        messages: list[dict[str, Any]] = []
         for i in range(n_messages):
             role = "system" if i == 0 else ("user", "assistant")[i % 2]
             text = "".join(self.np_random.choice(alphabet, size=int(self.np_random.integers(0, 32))))

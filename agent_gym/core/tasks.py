@@ -69,8 +69,10 @@ def env_takes(env_id: str, name: str) -> bool:
 
     entry = gym.spec(env_id).entry_point
     cls = gym.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
+    if cls is None:
+        return True  # no entry point: let gym.make itself say
     try:
-        params = inspect.signature(cls.__init__ if isinstance(cls, type) else cls).parameters
+        params = inspect.signature(cls).parameters
     except (TypeError, ValueError):
         return True  # unreadable: let the constructor itself say
     return name in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
