@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import inspect
 import json
-from typing import Any, Callable, Generic, Iterable, Iterator, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Generic, Iterable, Iterator, Mapping, NamedTuple, Sequence, TypeVar
 
 import numpy as np
 
-__all__ = ["TaskList", "env_takes", "make_on_split", "source_tasks", "text_of"]
+__all__ = ["GeneratedTaskId", "TaskList", "env_takes", "make_on_split", "source_tasks", "text_of"]
 
 T = TypeVar("T")
 
@@ -57,6 +57,57 @@ class TaskList(Generic[T]):
 
     def __getitem__(self, index: int) -> T:
         return self._tasks[index]
+
+
+class GeneratedTaskId(NamedTuple):
+    """The id of a generated task, ``<split>-<variant>-<index>``: ``"train-easy-123"``, ``"test-L2-17"``.
+
+    A generated env makes a task from its split, variant (difficulty, level) and index alone, so
+    the id is the whole recipe: ``str()`` writes it and :meth:`parse` reads it back. A tuple, so
+    ``split, variant, index = GeneratedTaskId.parse(...)`` unpacks it.
+    """
+
+    split: str
+    variant: str
+    index: int
+
+    def __str__(self) -> str:
+        return f"{self.split}-{self.variant}-{int(self.index)}"
+
+    @classmethod
+    def parse(
+        cls,
+        task_id: str,
+        *,
+        splits: Sequence[str],
+        variants: Iterable[str],
+        name: str,
+        variant_name: str = "difficulty",
+    ) -> GeneratedTaskId:
+        """``"train-easy-123"`` -> ``GeneratedTaskId("train", "easy", 123)``.
+
+        Args:
+            task_id: the id to read.
+            splits, variants: the valid values of its first and second parts.
+            name: what the error calls a task (``"Countdown task"``, ``"Sokoban level"``).
+            variant_name: what the error calls the second part (``"difficulty"``, ``"level"``).
+
+        Raises:
+            KeyError: not such an id; the message gives an example, the form and the valid values.
+        """
+        splits, variants = tuple(splits), tuple(variants)
+        parts = str(task_id).split("-")
+        # isascii: int() refuses some str.isdigit() characters ("²"), which would escape as ValueError.
+        if (
+            len(parts) == 3 and parts[0] in splits and parts[1] in variants
+            and parts[2].isascii() and parts[2].isdigit()
+        ):
+            return cls(parts[0], parts[1], int(parts[2]))
+        example = str(cls(splits[0], variants[0], 123))
+        raise KeyError(
+            f"no {name} with id {task_id!r}: ids look like {example!r} "
+            f"(<split>-<{variant_name}>-<number>, split in {splits}, {variant_name} in {variants})"
+        )
 
 
 def _default_id(task: Any) -> str:

@@ -8,10 +8,11 @@ import numpy as np
 
 from agent_gym.core.env import AgentEnv, Grade, Turn
 from agent_gym.core.prompts import PromptTemplates
+from agent_gym.core.tasks import GeneratedTaskId
 from agent_gym.tools import calculator
 from agent_gym.tools.calculator import evaluate_arithmetic, format_number
 
-from agent_gym_arithmetic.problems import LEVELS, ArithmeticTask, check_answer, generate_task
+from agent_gym_arithmetic.problems import LEVELS, SPLITS, ArithmeticTask, check_answer, generate_task
 
 __all__ = ["ArithmeticEnv", "ArithmeticToolEnv", "TOOL_DEMONSTRATION"]
 
@@ -47,11 +48,10 @@ class ArithmeticEnv(AgentEnv):
         return generate_task(int(rng.integers(0, _POOL)), self.level, self.split)
 
     def get_task(self, task_id: str) -> ArithmeticTask:
-        try:
-            split, level, n = task_id.rsplit("-", 2)
-            return generate_task(int(n), int(level.removeprefix("L")), split)
-        except ValueError:
-            raise KeyError(f"no arithmetic task with id {task_id!r} (ids look like 'train-L2-17')") from None
+        split, level, n = GeneratedTaskId.parse(
+            task_id, splits=SPLITS, variants=(f"L{k}" for k in LEVELS), name="arithmetic task", variant_name="level"
+        )
+        return generate_task(n, int(level.removeprefix("L")), split)
 
     def task_from_dict(self, task: Mapping[str, Any]) -> ArithmeticTask:
         expression = str(task["expression"])

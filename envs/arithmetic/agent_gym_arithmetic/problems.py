@@ -9,9 +9,12 @@ from fractions import Fraction
 
 import numpy as np
 
+from agent_gym.core.tasks import GeneratedTaskId
 from agent_gym.tools.calculator import evaluate_arithmetic, format_number
 
-__all__ = ["LEVELS", "ArithmeticTask", "generate_task", "final_number", "check_answer"]
+__all__ = ["LEVELS", "SPLITS", "ArithmeticTask", "generate_task", "final_number", "check_answer"]
+
+SPLITS = ("train", "test")
 
 #: Difficulty levels: how the expression is built (operand ranges and operators).
 LEVELS: dict[int, str] = {
@@ -36,7 +39,7 @@ def generate_task(n: int, level: int, split: str) -> ArithmeticTask:
     """The task with id ``f"{split}-L{level}-{n}"``, the same in every process."""
     if level not in LEVELS:
         raise ValueError(f"unknown arithmetic level {level!r}; known: {sorted(LEVELS)}")
-    if split not in ("train", "test"):
+    if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; known: train, test")
     # crc32 (not hash()) so the seed does not depend on PYTHONHASHSEED; the split is in the seed so
     # train and test draw different streams.
@@ -51,7 +54,7 @@ def generate_task(n: int, level: int, split: str) -> ArithmeticTask:
     else:
         a, b, c = r(10, 99), r(10, 99), r(2, 9)
         expression = f"({a} + {b}) * {c}" if r(0, 1) else f"{a} * {c} - {b}"
-    return ArithmeticTask(f"{split}-L{level}-{n}", level, expression, format_number(evaluate_arithmetic(expression)))
+    return ArithmeticTask(str(GeneratedTaskId(split, f"L{level}", n)), level, expression, format_number(evaluate_arithmetic(expression)))
 
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")

@@ -39,6 +39,20 @@ def test_generation_is_deterministic_and_split_dependent():
         generate_task(0, 7, "train")
 
 
+def test_task_ids_round_trip_and_bad_ids_name_the_form(tok):
+    env = gym.make("AgentR1/Arithmetic-v0", tokenizer=tok).unwrapped
+    assert env.get_task("train-L3-17") == generate_task(17, 3, "train")
+    assert env.get_task("train-L3-17").id == "train-L3-17"
+    # "train-3-17" once resolved to the task "train-L3-17": an id now names exactly one task.
+    for bad in ("train-3-17", "train-L5-1", "dev-L2-1", "train-L2-x", "bogus"):
+        with pytest.raises(KeyError) as err:
+            env.get_task(bad)
+        assert err.value.args[0] == (
+            f"no arithmetic task with id {bad!r}: ids look like 'train-L1-123' "
+            "(<split>-<level>-<number>, split in ('train', 'test'), level in ('L1', 'L2', 'L3', 'L4'))"
+        )
+
+
 @pytest.mark.parametrize(
     "response, expected, result",
     [

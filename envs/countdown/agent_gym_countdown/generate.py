@@ -12,7 +12,8 @@ regenerates the task in any process. A candidate's split is a stable hash (sha25
 (sorted numbers and target): about 10% of all possible tasks are ``test``, the rest ``train``, so no
 ``test`` task ever appears in ``train`` (not even with another seed).
 
-Only numpy and the standard library are used here (no tokenizer), so generating a data set is cheap.
+Only numpy, the standard library and agent_gym's task ids are used here (no tokenizer), so generating
+a data set is cheap.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from fractions import Fraction
 from typing import Any, Mapping
 
 import numpy as np
+
+from agent_gym.core.tasks import GeneratedTaskId
 
 __all__ = [
     "LEVELS",
@@ -164,7 +167,7 @@ def generate_task(n: int, difficulty: str = "medium", split: str = "train") -> C
         found = _candidate(rng, level)
         if found is not None and split_of(found[0], found[1]) == split:
             numbers, target, solution = found
-            return CountdownTask(f"{split}-{difficulty}-{int(n)}", numbers, target, difficulty, solution)
+            return CountdownTask(str(GeneratedTaskId(split, difficulty, int(n))), numbers, target, difficulty, solution)
     raise RuntimeError(f"could not generate a {difficulty} Countdown task from seed {n}")  # pragma: no cover
 
 
@@ -173,15 +176,9 @@ def sample_task(rng: np.random.Generator, difficulty: str = "medium", split: str
     return generate_task(int(rng.integers(0, 2**31)), difficulty, split)
 
 
-def parse_task_id(task_id: str) -> tuple[str, str, int]:
+def parse_task_id(task_id: str) -> GeneratedTaskId:
     """``"train-easy-123"`` -> ``("train", "easy", 123)``; ``KeyError`` explaining the form otherwise."""
-    parts = str(task_id).split("-")
-    if len(parts) == 3 and parts[0] in SPLITS and parts[1] in LEVELS and parts[2].isdigit():
-        return parts[0], parts[1], int(parts[2])
-    raise KeyError(
-        f"no Countdown task with id {task_id!r}: ids look like 'train-easy-123' "
-        f"(<split>-<difficulty>-<number>, split in {SPLITS}, difficulty in {tuple(LEVELS)})"
-    )
+    return GeneratedTaskId.parse(task_id, splits=SPLITS, variants=LEVELS, name="Countdown task")
 
 
 def task_from_id(task_id: str) -> CountdownTask:

@@ -47,8 +47,9 @@ import numpy as np
 
 from agent_gym.core.env import AgentEnv, EnvReply, Grade, Turn
 from agent_gym.core.prompts import PromptTemplates
+from agent_gym.core.tasks import GeneratedTaskId
 
-from agent_gym_games.common import SPLITS, parse_task_id
+from agent_gym_games.common import SPLITS
 
 __all__ = ["CONTEXT_MODES", "GameEnv", "MoveReport"]
 
@@ -177,7 +178,7 @@ class GameEnv(AgentEnv):
         return self.generate(int(rng.integers(0, 2**31)), self.difficulty, self.split)
 
     def get_task(self, task_id: str) -> Any:
-        split, difficulty, n = parse_task_id(task_id, self.title, tuple(self.levels))
+        split, difficulty, n = GeneratedTaskId.parse(task_id, splits=SPLITS, variants=self.levels, name=f"{self.title} level")
         return self.generate(n, difficulty, split)
 
     def task_from_dict(self, task: Mapping[str, Any]) -> Any:

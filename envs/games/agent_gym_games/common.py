@@ -1,7 +1,7 @@
-"""Pieces shared by the games: task ids and splits, reading actions out of a response, moves.
+"""Pieces shared by the games: splits, reading actions out of a response, moves.
 
 Only the standard library here (the game logic modules add numpy), so levels can be generated
-without a tokenizer.
+without a tokenizer. Level ids are :class:`agent_gym.core.tasks.GeneratedTaskId`.
 """
 
 from __future__ import annotations
@@ -16,9 +16,7 @@ __all__ = [
     "SPLITS",
     "TEST_FRACTION",
     "last_tag",
-    "make_task_id",
     "parse_moves",
-    "parse_task_id",
     "split_of",
 ]
 
@@ -40,21 +38,6 @@ def split_of(key: str) -> str:
     """``"test"`` for about :data:`TEST_FRACTION` of all contents, else ``"train"`` (stable sha256)."""
     bucket = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") % 1000
     return "test" if bucket < TEST_FRACTION * 1000 else "train"
-
-
-def make_task_id(split: str, difficulty: str, n: int) -> str:
-    return f"{split}-{difficulty}-{int(n)}"
-
-
-def parse_task_id(task_id: str, game: str, difficulties: Sequence[str]) -> tuple[str, str, int]:
-    """``"train-easy-12"`` -> ``("train", "easy", 12)``; ``KeyError`` saying what ids look like."""
-    parts = str(task_id).split("-")
-    if len(parts) == 3 and parts[0] in SPLITS and parts[1] in difficulties and parts[2].isdigit():
-        return parts[0], parts[1], int(parts[2])
-    raise KeyError(
-        f"no {game} level with id {task_id!r}: ids look like 'train-easy-123' "
-        f"(<split>-<difficulty>-<number>, split in {SPLITS}, difficulty in {tuple(difficulties)})"
-    )
 
 
 def last_tag(text: str, tags: Sequence[str]) -> str | None:

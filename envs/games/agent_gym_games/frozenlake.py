@@ -15,7 +15,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from agent_gym_games.common import DIRECTIONS, SPLITS, make_task_id, split_of
+from agent_gym.core.tasks import GeneratedTaskId
+from agent_gym_games.common import DIRECTIONS, SPLITS, split_of
 
 __all__ = ["LEVELS", "LakeConfig", "LakeGame", "LakeLevel", "generate_level", "shortest_path"]
 
@@ -206,7 +207,7 @@ def generate_level(n: int, difficulty: str = "easy", split: str = "train") -> La
             continue
         path = shortest_path(rows)
         if path is not None and split_of("frozenlake:" + "\n".join(rows)) == split:
-            return LakeLevel(make_task_id(split, difficulty, n), rows, difficulty, path)
+            return LakeLevel(str(GeneratedTaskId(split, difficulty, int(n))), rows, difficulty, path)
     raise RuntimeError(f"could not generate a {difficulty} FrozenLake level from seed {n}")  # pragma: no cover
 
 

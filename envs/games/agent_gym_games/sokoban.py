@@ -27,7 +27,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from agent_gym_games.common import DIRECTIONS, SPLITS, make_task_id, split_of
+from agent_gym.core.tasks import GeneratedTaskId
+from agent_gym_games.common import DIRECTIONS, SPLITS, split_of
 
 __all__ = ["LEVELS", "SokobanConfig", "SokobanGame", "SokobanLevel", "generate_level", "solve"]
 
@@ -275,7 +276,7 @@ def generate_level(n: int, difficulty: str = "easy", split: str = "train") -> So
         level = _candidate(rng, cfg, split)
         if level is not None:
             return SokobanLevel(
-                make_task_id(split, difficulty, n), level.height, level.width, level.walls, level.targets,
+                str(GeneratedTaskId(split, difficulty, int(n))), level.height, level.width, level.walls, level.targets,
                 level.boxes, level.player, difficulty, level.solution,
             )
     raise RuntimeError(f"could not generate a {difficulty} Sokoban level from seed {n}")  # pragma: no cover

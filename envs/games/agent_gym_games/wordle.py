@@ -18,7 +18,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from agent_gym_games.common import SPLITS, make_task_id, split_of
+from agent_gym.core.tasks import GeneratedTaskId
+from agent_gym_games.common import SPLITS, split_of
 
 __all__ = ["LEVELS", "WordleConfig", "WordleGame", "WordleTask", "answers", "generate_task", "score_guess", "words"]
 
@@ -102,7 +103,7 @@ def generate_task(n: int, difficulty: str = "easy", split: str = "train") -> Wor
         raise ValueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
     pool = [w for w in answers(LEVELS[difficulty].answers) if split_of("wordle:" + w) == split]
     rng = np.random.default_rng(int(n))
-    return WordleTask(make_task_id(split, difficulty, n), pool[int(rng.integers(len(pool)))], difficulty)
+    return WordleTask(str(GeneratedTaskId(split, difficulty, int(n))), pool[int(rng.integers(len(pool)))], difficulty)
 
 
 def task_from_mapping(task: Mapping[str, Any]) -> WordleTask:

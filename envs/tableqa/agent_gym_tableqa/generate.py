@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Callable
 
+from agent_gym.core.tasks import GeneratedTaskId
+
 __all__ = ["DIFFICULTIES", "SPLITS", "Table", "TableTask", "generate_task", "parse_task_id"]
 
 SPLITS: tuple[str, ...] = ("train", "test")
@@ -107,15 +109,9 @@ class TableTask:
         return {t.filename: t.to_csv() for t in self.tables}
 
 
-def parse_task_id(task_id: str) -> tuple[str, str, int]:
+def parse_task_id(task_id: str) -> GeneratedTaskId:
     """``"test-hard-42"`` -> ``("test", "hard", 42)``; ``KeyError`` with the expected form otherwise."""
-    parts = str(task_id).split("-")
-    if len(parts) == 3 and parts[0] in SPLITS and parts[1] in DIFFICULTIES and parts[2].isdigit():
-        return parts[0], parts[1], int(parts[2])
-    raise KeyError(
-        f"no TableQA task with id {task_id!r}: ids look like '<split>-<difficulty>-<index>', e.g. 'test-easy-0' "
-        f"(split in {SPLITS}, difficulty in {DIFFICULTIES}, index >= 0)"
-    )
+    return GeneratedTaskId.parse(task_id, splits=SPLITS, variants=DIFFICULTIES, name="TableQA task")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -466,7 +462,7 @@ def generate_task(split: str, difficulty: str, index: int) -> TableTask:
         raise RuntimeError(f"could not draw a well-defined question for {split}-{difficulty}-{index}")
     question, exact, answer_type, solution = drawn
     return TableTask(
-        id=f"{split}-{difficulty}-{index}",
+        id=str(GeneratedTaskId(split, difficulty, index)),
         split=split,
         difficulty=difficulty,
         index=index,
