@@ -343,8 +343,7 @@ class $env_class(AgentEnv):
         else:
             text = answers[-1].strip()
             reason = "correct" if re.fullmatch(r"[+-]?\\d+", text) and int(text) == task.answer else "wrong_answer"
-        reward = 1.0 if reason == "correct" else 0.0
-        return Grade(reward=reward, correct=reason == "correct", components={"outcome": reward}, info={"answer_check": reason})
+        return Grade.from_check(reason == "correct", reason)
 '''
 
 _SYSTEM_J2 = '''\

@@ -66,6 +66,20 @@ class Grade:
     components: dict[str, float] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
 
+    @classmethod
+    def from_check(cls, correct: bool, reason: str | None = None, **info: Any) -> Grade:
+        """The grade of a right-or-wrong check: reward 1.0 or 0.0, the same as the ``outcome`` component.
+
+        Args:
+            correct: the check's verdict.
+            reason: why (``"correct"``, ``"wrong_answer"``, ``"no_final_answer"``...), kept as
+                ``info["answer_check"]``, the first entry of ``info``; ``None``: no such entry.
+            **info: further ``info`` entries (the expected answer, what was parsed...).
+        """
+        reward = 1.0 if correct else 0.0
+        why = {} if reason is None else {"answer_check": reason}
+        return cls(reward=reward, correct=bool(correct), components={"outcome": reward}, info={**why, **info})
+
 
 @dataclass
 class EnvReply:

@@ -68,13 +68,7 @@ class ArithmeticEnv(AgentEnv):
 
     def grade(self, task: ArithmeticTask, turn: Turn) -> Grade:
         correct, reason = check_answer(turn.parsed.content, task.answer)
-        reward = 1.0 if correct else 0.0
-        return Grade(
-            reward=reward,
-            correct=correct,
-            components={"outcome": reward},
-            info={"answer_check": reason, "format_ok": "####" in turn.parsed.content, "expected": task.answer},
-        )
+        return Grade.from_check(correct, reason, format_ok="####" in turn.parsed.content, expected=task.answer)
 
 
 #: The worked example of ``few_shot``: (expression, final answer text).

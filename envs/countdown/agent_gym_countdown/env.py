@@ -107,21 +107,17 @@ class CountdownEnv(AgentEnv):
 
     def grade(self, task: CountdownTask, turn: Turn) -> Grade:
         check = check_answer(turn.parsed.content, task.numbers, task.target)
-        return Grade(
-            reward=check.reward,
-            correct=check.correct,
-            components={"outcome": check.reward},
-            info={
-                "answer_check": check.reason,
-                "answer_detail": check.detail,
-                "expression": check.expression,
-                "value": None if check.value is None else str(check.value),
-                "numbers": list(task.numbers),
-                "target": task.target,
-                "numbers_used": list(check.numbers_used),
-                "difficulty": task.difficulty,
-                "reference_solution": task.solution,
-            },
+        return Grade.from_check(
+            check.correct,
+            check.reason,
+            answer_detail=check.detail,
+            expression=check.expression,
+            value=None if check.value is None else str(check.value),
+            numbers=list(task.numbers),
+            target=task.target,
+            numbers_used=list(check.numbers_used),
+            difficulty=task.difficulty,
+            reference_solution=task.solution,
         )
 
 

@@ -198,8 +198,7 @@ class GameEnv(AgentEnv):
         return [dict(m) for m in self._opening]
 
     def grade(self, task: Any, turn: Turn) -> Grade:
-        won = self.won(self.state)
-        return Grade(reward=1.0 if won else 0.0, correct=won, components={"outcome": 1.0 if won else 0.0})
+        return Grade.from_check(self.won(self.state))
 
     def respond(self, turn: Turn) -> EnvReply:
         state = self.state

@@ -62,16 +62,12 @@ class GSM8KTaskSource:
 
     def grade(self, task: GSM8KTask, turn: Turn) -> Grade:
         check = score_answer(turn.parsed.content, task.answer)
-        return Grade(
-            reward=check.reward,
-            correct=check.correct,
-            components={"outcome": check.reward},
-            info={
-                "answer_check": check.reason,
-                "format_ok": check.reason in ("correct", "wrong_answer"),
-                "predicted": check.predicted_normalized,
-                "expected": task.answer,
-            },
+        return Grade.from_check(
+            check.correct,
+            check.reason,
+            format_ok=check.reason in ("correct", "wrong_answer"),
+            predicted=check.predicted_normalized,
+            expected=task.answer,
         )
 
 

@@ -116,18 +116,14 @@ class TableQAEnv(AgentEnv):
 
     def grade(self, task: TableTask, turn: Turn) -> Grade:
         check = check_answer(turn.parsed.content, task.answer_type, task.exact)
-        return Grade(
-            reward=check.reward,
-            correct=check.correct,
-            components={"outcome": check.reward},
-            info={
-                "answer_check": check.reason,
-                "predicted": check.predicted,
-                "expected": task.answer,
-                "answer_type": task.answer_type,
-                "difficulty": task.difficulty,
-                "template": task.template,
-            },
+        return Grade.from_check(
+            check.correct,
+            check.reason,
+            predicted=check.predicted,
+            expected=task.answer,
+            answer_type=task.answer_type,
+            difficulty=task.difficulty,
+            template=task.template,
         )
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
