@@ -54,3 +54,22 @@ def test_the_error_names_the_variant_as_the_env_calls_it():
 def test_a_non_string_id_is_refused_with_the_same_error():
     with pytest.raises(KeyError, match="no Demo task with id 123: ids look like 'train-easy-123'"):
         parse(123)  # type: ignore[arg-type]
+
+
+def test_check_passes_known_values_and_names_the_valid_ones_otherwise():
+    GeneratedTaskId.check("test", "hard", splits=SPLITS, variants=LEVELS, env="Demo")
+    with pytest.raises(ValueError) as err:
+        GeneratedTaskId.check("test", "insane", splits=SPLITS, variants=LEVELS, env="Demo")
+    assert str(err.value) == "unknown Demo difficulty 'insane'; known: easy, medium, hard"
+    with pytest.raises(ValueError) as err:
+        GeneratedTaskId.check("dev", "easy", splits=SPLITS, variants=LEVELS, env="Demo")
+    assert str(err.value) == "unknown split 'dev' for Demo; known: train, test"
+
+
+def test_check_takes_the_variant_as_the_caller_does():
+    GeneratedTaskId.check("train", 2, splits=SPLITS, variants={1: "a", 2: "b"}, env="sum", variant_name="level")
+    with pytest.raises(ValueError) as err:
+        GeneratedTaskId.check("train", 7, splits=SPLITS, variants={1: "a", 2: "b"}, env="sum", variant_name="level")
+    assert str(err.value) == "unknown sum level 7; known: 1, 2"
+    with pytest.raises(ValueError, match=r"^unknown Demo difficulty \['easy'\]; known: easy, medium, hard$"):
+        GeneratedTaskId.check("train", ["easy"], splits=SPLITS, variants=LEVELS, env="Demo")  # unhashable: still a ValueError

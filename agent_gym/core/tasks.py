@@ -64,7 +64,8 @@ class GeneratedTaskId(NamedTuple):
 
     A generated env makes a task from its split, variant (difficulty, level) and index alone, so
     the id is the whole recipe: ``str()`` writes it and :meth:`parse` reads it back. A tuple, so
-    ``split, variant, index = GeneratedTaskId.parse(...)`` unpacks it.
+    ``split, variant, index = GeneratedTaskId.parse(...)`` unpacks it. :meth:`check` is the check
+    of a split and variant that a generator or an env constructor is given.
     """
 
     split: str
@@ -108,6 +109,30 @@ class GeneratedTaskId(NamedTuple):
             f"no {name} with id {task_id!r}: ids look like {example!r} "
             f"(<split>-<{variant_name}>-<number>, split in {splits}, {variant_name} in {variants})"
         )
+
+    @staticmethod
+    def check(
+        split: str,
+        variant: Any,
+        *,
+        splits: Sequence[str],
+        variants: Iterable[Any],
+        env: str,
+        variant_name: str = "difficulty",
+    ) -> None:
+        """``ValueError`` naming the valid values when ``variant`` or ``split`` is not one of them.
+
+        Args:
+            split, variant: what was given (the variant as the caller takes it: ``"easy"``, ``2``).
+            splits, variants: the valid values.
+            env: what the error calls the env (``"Countdown"``, ``"Sokoban"``).
+            variant_name: what the error calls the variant (``"difficulty"``, ``"level"``).
+        """
+        variants = tuple(variants)
+        if variant not in variants:
+            raise ValueError(f"unknown {env} {variant_name} {variant!r}; known: {', '.join(map(str, variants))}")
+        if split not in splits:
+            raise ValueError(f"unknown split {split!r} for {env}; known: {', '.join(splits)}")
 
 
 def _default_id(task: Any) -> str:

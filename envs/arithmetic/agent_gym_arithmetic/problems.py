@@ -37,10 +37,7 @@ class ArithmeticTask:
 
 def generate_task(n: int, level: int, split: str) -> ArithmeticTask:
     """The task with id ``f"{split}-L{level}-{n}"``, the same in every process."""
-    if level not in LEVELS:
-        raise ValueError(f"unknown arithmetic level {level!r}; known: {sorted(LEVELS)}")
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; known: train, test")
+    GeneratedTaskId.check(split, level, splits=SPLITS, variants=LEVELS, env="arithmetic", variant_name="level")
     # crc32 (not hash()) so the seed does not depend on PYTHONHASHSEED; the split is in the seed so
     # train and test draw different streams.
     rng = np.random.default_rng([zlib.crc32(split.encode()), level, n])

@@ -9,6 +9,7 @@ import numpy as np
 
 from agent_gym.core.env import AgentEnv, Grade, Turn
 from agent_gym.core.prompts import PromptTemplates
+from agent_gym.core.tasks import GeneratedTaskId
 from agent_gym.tools import calculator
 
 from agent_gym_countdown.check import check_answer
@@ -68,10 +69,7 @@ class CountdownEnv(AgentEnv):
         prompt_dir: str | os.PathLike[str] | None = None,
         **kwargs: Any,
     ):
-        if difficulty not in LEVELS:
-            raise ValueError(f"unknown Countdown difficulty {difficulty!r}; known: {', '.join(LEVELS)}")
-        if split not in SPLITS:
-            raise ValueError(f"unknown split {split!r} for Countdown; known: {', '.join(SPLITS)}")
+        GeneratedTaskId.check(split, difficulty, splits=SPLITS, variants=LEVELS, env="Countdown")
         kwargs.setdefault("max_turns", 1)
         super().__init__(tokenizer, **kwargs)
         self.difficulty = difficulty

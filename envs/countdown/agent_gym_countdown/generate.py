@@ -155,10 +155,7 @@ def _candidate(rng: np.random.Generator, level: CountdownLevel) -> tuple[tuple[i
 
 def generate_task(n: int, difficulty: str = "medium", split: str = "train") -> CountdownTask:
     """The task with id ``f"{split}-{difficulty}-{n}"`` (deterministic in any process)."""
-    if difficulty not in LEVELS:
-        raise ValueError(f"unknown Countdown difficulty {difficulty!r}; known: {', '.join(LEVELS)}")
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
+    GeneratedTaskId.check(split, difficulty, splits=SPLITS, variants=LEVELS, env="Countdown")
     if not 0 <= int(n) < 2**63:
         raise ValueError(f"task number must be in [0, 2**63), got {n}")
     level = LEVELS[difficulty]

@@ -114,10 +114,7 @@ class GameEnv(AgentEnv):
         prompt_dir: str | os.PathLike[str] | None = None,
         **kwargs: Any,
     ):
-        if difficulty not in self.levels:
-            raise ValueError(f"unknown {self.title} difficulty {difficulty!r}; known: {', '.join(self.levels)}")
-        if split not in SPLITS:
-            raise ValueError(f"unknown split {split!r} for {self.title}; known: {', '.join(SPLITS)}")
+        GeneratedTaskId.check(split, difficulty, splits=SPLITS, variants=self.levels, env=self.title)
         if context not in CONTEXT_MODES:
             raise ValueError(f"context must be one of {CONTEXT_MODES}, got {context!r}")
         if int(last_k) < 1:

@@ -195,10 +195,7 @@ def _candidate(rng: np.random.Generator, cfg: LakeConfig) -> tuple[str, ...] | N
 
 def generate_level(n: int, difficulty: str = "easy", split: str = "train") -> LakeLevel:
     """The lake with id ``f"{split}-{difficulty}-{n}"`` (deterministic in any process)."""
-    if difficulty not in LEVELS:
-        raise ValueError(f"unknown FrozenLake difficulty {difficulty!r}; known: {', '.join(LEVELS)}")
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
+    GeneratedTaskId.check(split, difficulty, splits=SPLITS, variants=LEVELS, env="FrozenLake")
     cfg = LEVELS[difficulty]
     rng = np.random.default_rng(int(n))
     for _ in range(100_000):

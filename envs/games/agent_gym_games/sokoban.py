@@ -266,10 +266,7 @@ def _candidate(rng: np.random.Generator, cfg: SokobanConfig, split: str) -> Soko
 
 def generate_level(n: int, difficulty: str = "easy", split: str = "train") -> SokobanLevel:
     """The level with id ``f"{split}-{difficulty}-{n}"`` (deterministic in any process)."""
-    if difficulty not in LEVELS:
-        raise ValueError(f"unknown Sokoban difficulty {difficulty!r}; known: {', '.join(LEVELS)}")
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
+    GeneratedTaskId.check(split, difficulty, splits=SPLITS, variants=LEVELS, env="Sokoban")
     cfg = LEVELS[difficulty]
     rng = np.random.default_rng(int(n))
     for _ in range(100_000):

@@ -97,10 +97,7 @@ class WordleTask:
 
 def generate_task(n: int, difficulty: str = "easy", split: str = "train") -> WordleTask:
     """The task with id ``f"{split}-{difficulty}-{n}"``: a word of the level's answers in the split."""
-    if difficulty not in LEVELS:
-        raise ValueError(f"unknown Wordle difficulty {difficulty!r}; known: {', '.join(LEVELS)}")
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; known: {', '.join(SPLITS)}")
+    GeneratedTaskId.check(split, difficulty, splits=SPLITS, variants=LEVELS, env="Wordle")
     pool = [w for w in answers(LEVELS[difficulty].answers) if split_of("wordle:" + w) == split]
     rng = np.random.default_rng(int(n))
     return WordleTask(str(GeneratedTaskId(split, difficulty, int(n))), pool[int(rng.integers(len(pool)))], difficulty)

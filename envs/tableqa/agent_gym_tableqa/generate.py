@@ -444,10 +444,7 @@ def _format(exact: Any, answer_type: str) -> str:
 
 def generate_task(split: str, difficulty: str, index: int) -> TableTask:
     """The task ``(split, difficulty, index)``: the same in every process (see the module docstring)."""
-    if split not in SPLITS:
-        raise ValueError(f"unknown TableQA split {split!r}; valid: {SPLITS}")
-    if difficulty not in DIFFICULTIES:
-        raise ValueError(f"unknown TableQA difficulty {difficulty!r}; valid: {DIFFICULTIES}")
+    GeneratedTaskId.check(split, difficulty, splits=SPLITS, variants=DIFFICULTIES, env="TableQA")
     if index < 0:
         raise ValueError(f"task index must be >= 0, got {index}")
     rng = random.Random(f"tableqa/{split}/{difficulty}/{index}")
