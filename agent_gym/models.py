@@ -41,6 +41,8 @@ __all__ = [
     "load_causal_lm",
     "cache_dir",
     "builtin_names",
+    "model_kinds",
+    "is_unknown_bare_name",
 ]
 
 #: The embedded default model (also what ``None`` means): SmolLM2-135M-Instruct with the project's
@@ -133,6 +135,25 @@ GGUF_MODELS: dict[str, GGUFPackages] = {
 def builtin_names() -> list[str]:
     """Every built-in model name :func:`resolve_model` takes."""
     return [*BUILTIN_MODELS, *GGUF_MODELS]
+
+
+def model_kinds(name: str | None = None) -> str:
+    """What :func:`resolve_model` takes, in words, for the messages that refuse a model name; with
+    ``name``, led by the closest built-in name when one is close (``did you mean 'smollm2-135m-tool'?``)."""
+    import difflib
+
+    close = difflib.get_close_matches(name, builtin_names(), n=1, cutoff=0.6) if name else []
+    lead = f"did you mean {close[0]!r}? A model is" if close else "a model is"
+    return (f"{lead} a built-in name ({', '.join(builtin_names())}), a Hugging Face model folder, "
+            "a LoRA adapter folder, a .gguf file, or a hub name such as Qwen/Qwen2.5-0.5B-Instruct (online)")
+
+
+def is_unknown_bare_name(text: str) -> bool:
+    """A well-formed hub name without an ``org/`` part that is no built-in name, no ``.gguf`` file name
+    and no existing path: what a mistyped built-in name looks like, so its refusal lists the built-in
+    names."""
+    return ("/" not in text and text not in builtin_names() and not text.endswith(".gguf") and _is_hub_name(text)
+            and not Path(os.path.expanduser(text)).exists())
 
 
 @dataclass(frozen=True)
@@ -252,7 +273,9 @@ def resolve_model(name_or_path: str | os.PathLike[str] | None = None) -> ModelSo
         FileNotFoundError: ``no such file or folder: X`` when X is neither an existing path nor a
             well-formed hub name (``./ckpt``, ``/models/x``, ``a/b/c``); ``X is not a local folder and
             the Hugging Face hub is unreachable (offline)`` when X could be a hub name but the hub
-            cannot be reached (or ``HF_HUB_OFFLINE`` is set) and the model is not in the hub cache.
+            cannot be reached (or ``HF_HUB_OFFLINE`` is set) and the model is not in the hub cache
+            (for a name without ``org/``, which looks like a mistyped built-in name, the message lists
+            the built-in names and what else is taken, :func:`model_kinds`).
             Both come before anything heavy is imported or loaded.
     """
     text = DEFAULT_MODEL if name_or_path is None else os.fspath(name_or_path)
@@ -290,7 +313,16 @@ def resolve_model(name_or_path: str | os.PathLike[str] | None = None) -> ModelSo
         return ModelSource(str(path) if text.startswith("~") else text)
     if not _is_hub_name(text):
         raise FileNotFoundError(f"no such file or folder: {text}")
-    return ModelSource(text, dict(_hub_source(text)))
+    try:
+        return ModelSource(text, dict(_hub_source(text)))
+    except FileNotFoundError:
+        if not is_unknown_bare_name(text):
+            raise
+        # Most likely a built-in name mistyped (few hub models have no org): name what is accepted.
+        raise FileNotFoundError(
+            f"{text} is no built-in model, no file or folder, and the Hugging Face hub is unreachable (offline); "
+            f"{model_kinds(text)}"
+        ) from None
 
 
 # The hub's repo-id rule (huggingface_hub.utils.validate_repo_id): "name" or "org/name", ASCII letters,

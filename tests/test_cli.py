@@ -20,6 +20,12 @@ from agent_gym.models import DefaultModelNotInstalled
 from agent_gym.tools import HermesParser
 
 IDS = ["AgentR1/GSM8K-v0", "AgentR1/GSM8KTool-v0"]
+#: What GSM8KEnv's constructor chain (GSM8KEnv, then AgentEnv) takes, in signature order.
+GSM8K_ARGS = ("tokenizer, split, data_dir, prompt_dir, max_turns, max_context_tokens, max_action_tokens, tools, "
+              "tool_format, chat_template, render_mode")
+#: The same for CountdownEnv.
+COUNTDOWN_ARGS = ("tokenizer, difficulty, split, few_shot, prompt_dir, max_turns, max_context_tokens, max_action_tokens, "
+                  "tools, tool_format, chat_template, render_mode")
 
 
 @pytest.fixture(autouse=True)
@@ -66,8 +72,13 @@ def test_list_shows_every_env_with_tools_and_description(capsys):
     assert "GSM8K with a calculator tool, up to 5 turns; outcome reward" in rows["AgentR1/GSM8KTool-v0"]
 
 
+def agent_gym_script() -> str:
+    """The installed ``agent-gym`` console script, what a user runs."""
+    return shutil.which("agent-gym") or str(Path(sys.executable).with_name("agent-gym"))
+
+
 def test_console_script_entry_point_works():
-    script = shutil.which("agent-gym") or str(Path(sys.executable).with_name("agent-gym"))
+    script = agent_gym_script()
     proc = subprocess.run([script, "list"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     for env_id in IDS:
@@ -170,7 +181,7 @@ def test_env_kwargs_are_parsed_as_json_and_bad_ones_are_usage_errors(capsys):
     assert code == 2 and "max_turns must be >= 1, got 0" in capsys.readouterr().err
     code = main(["play", "AgentR1/GSM8K-v0", "--env-kwarg", "no_such_option=1"])
     err = capsys.readouterr().err
-    assert code == 2 and "unexpected keyword argument 'no_such_option'" in err
+    assert code == 2 and "AgentR1/GSM8K-v0 takes no argument 'no_such_option'. It takes: tokenizer, split," in err
     code = main(["play", "AgentR1/GSM8K-v0", "--env-kwarg", "oops"])
     assert code == 2 and "--env-kwarg expects KEY=VALUE" in capsys.readouterr().err
 
@@ -183,7 +194,7 @@ def test_a_bad_env_kwarg_is_one_short_line_as_serve_says_it(command, tmp_path, c
     extra = ["--episodes", "1", "--no-progress", "--out", str(out)] if command == "eval" else []
     assert main([command, "AgentR1/GSM8K-v0", "--env-kwarg", "colour=red", *extra]) == 2
     captured = capsys.readouterr()
-    assert captured.err == "agent-gym: error: AgentR1/GSM8K-v0: AgentEnv.__init__() got an unexpected keyword argument 'colour'\n"
+    assert captured.err == "agent-gym: error: AgentR1/GSM8K-v0 takes no argument 'colour'. It takes: " + GSM8K_ARGS + "\n"
     assert captured.out == "" and not out.exists()
 
 
@@ -196,8 +207,88 @@ def test_make_error_message_is_what_serve_and_the_cli_print(tokenizer):
         gym.make("AgentR1/GSM8K-v0", tokenizer=tokenizer, colour="red")
     assert "with kwargs" in str(caught.value)  # gymnasium's dump, which the message leaves out
     assert make_error_message("AgentR1/GSM8K-v0", caught.value) == (
-        "AgentR1/GSM8K-v0: AgentEnv.__init__() got an unexpected keyword argument 'colour'"
+        "AgentR1/GSM8K-v0 takes no argument 'colour'. It takes: " + GSM8K_ARGS
     )
+
+
+GSM8K_TOOL_ARGS = ("tokenizer, few_shot, split, data_dir, prompt_dir, max_turns, max_context_tokens, max_action_tokens, "
+                   "tools, tool_format, chat_template, render_mode")
+
+
+@pytest.mark.parametrize(
+    "kwarg,message",
+    [
+        ("nosuch=1", "agent-gym: error: AgentR1/GSM8KTool-v0 takes no argument 'nosuch'. It takes: " + GSM8K_TOOL_ARGS),
+        ("few_shots=true", "agent-gym: error: AgentR1/GSM8KTool-v0 takes no argument 'few_shots'; did you mean "
+         "'few_shot'? It takes: " + GSM8K_TOOL_ARGS),
+        ("max_turn=3", "agent-gym: error: AgentR1/GSM8KTool-v0 takes no argument 'max_turn'; did you mean "
+         "'max_turns'? It takes: " + GSM8K_TOOL_ARGS),
+    ],
+)
+def test_eval_names_what_the_env_takes_and_the_closest_argument(kwarg, message, tmp_path):
+    """The real command, as a user runs it: the env's own arguments come first (few_shot), then those its
+    **kwargs passes on to GSM8KEnv and AgentEnv."""
+    out = tmp_path / "e.jsonl"
+    proc = subprocess.run(
+        [agent_gym_script(), "eval", "AgentR1/GSM8KTool-v0", "--env-kwarg", kwarg,
+         "--no-progress", "--out", str(out)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", message + "\n")
+    assert not out.exists()
+
+
+def test_eval_refuses_a_tokenizer_env_kwarg_and_names_model(capsys):
+    assert main(["eval", "AgentR1/GSM8K-v0", "--env-kwarg", "tokenizer=gpt2", "--no-progress"]) == 2
+    assert capsys.readouterr().err == (
+        "agent-gym: error: --env-kwarg tokenizer=...: eval's envs use the tokenizer of --model; pass the model as --model\n"
+    )
+
+
+def test_env_kwarg_names_follow_the_kwargs_chain_along_the_mro():
+    from agent_gym_countdown.env import CountdownToolEnv
+    from agent_gym_gsm8k.env import GSM8KToolEnv
+
+    from agent_gym.registry import env_kwarg_names
+
+    assert env_kwarg_names(GSM8KToolEnv) == GSM8K_TOOL_ARGS.split(", ")
+    assert env_kwarg_names("AgentR1/GSM8KTool-v0") == GSM8K_TOOL_ARGS.split(", ")
+    assert env_kwarg_names("GSM8KTool-v0") == GSM8K_TOOL_ARGS.split(", ")  # the namespace may be left out
+    assert env_kwarg_names(CountdownToolEnv) == COUNTDOWN_ARGS.split(", ")
+    assert env_kwarg_names("AgentR1/NoSuchEnv-v0") is None
+
+    class Open:  # **kwargs that reaches object: anything may be meant, so nothing is listed
+        def __init__(self, a: int = 0, **kwargs):
+            self.kwargs = kwargs
+
+    class Closed(Open):
+        def __init__(self, *, b: int = 1, **kwargs):
+            super().__init__(**kwargs)
+
+    assert env_kwarg_names(Open) is None and env_kwarg_names(Closed) is None
+
+    class Stops:
+        def __init__(self, first, /, second, *rest, third=3):
+            pass
+
+    class Child(Stops):
+        def __init__(self, *args, own=None, **kwargs):
+            super().__init__(*args, **kwargs)
+
+    assert env_kwarg_names(Child) == ["own", "second", "third"]  # positional-only and *rest cannot be named
+
+
+def test_a_type_error_about_an_argument_the_env_takes_keeps_its_own_words():
+    from agent_gym.registry import make_error_message
+
+    # Raised deeper inside the env (a bug there, not the user's argument): the list would mislead.
+    inner = TypeError("load() got an unexpected keyword argument 'split' was raised from the environment creator for "
+                      "AgentR1/GSM8K-v0 with kwargs ({'split': 'test'})")
+    assert make_error_message("AgentR1/GSM8K-v0", inner) == (
+        "AgentR1/GSM8K-v0: load() got an unexpected keyword argument 'split'"
+    )
+    other = TypeError("unsupported operand type(s) for +: 'int' and 'str'")
+    assert make_error_message("AgentR1/GSM8K-v0", other) == "AgentR1/GSM8K-v0: unsupported operand type(s) for +: 'int' and 'str'"
 
 
 def test_export_verl_without_the_adapter_says_how_to_install(capsys, monkeypatch):
@@ -300,6 +391,60 @@ def test_unreachable_hub_is_tried_once_not_five_times(no_model_loading, hub, cap
         f"agent-gym: error: {name} is not a local folder and the Hugging Face hub is unreachable (offline)\n"
     )
     assert len(hub.urls) == 1 and hub.urls[0].endswith(f"/{name}/resolve/main/config.json")
+
+
+BUILTIN_HINT = ("a built-in name (smollm2-135m-tool, smollm2-135m-instruct, gemma3-270m), a Hugging Face model folder, "
+                "a LoRA adapter folder, a .gguf file, or a hub name such as Qwen/Qwen2.5-0.5B-Instruct (online)")
+
+
+@pytest.mark.parametrize(
+    "model,hint",
+    [("does-not-exist", "a model is " + BUILTIN_HINT),
+     ("smollm2-135m", "did you mean 'smollm2-135m-tool'? A model is " + BUILTIN_HINT),
+     ("gemma3", "did you mean 'gemma3-270m'? A model is " + BUILTIN_HINT)],
+)
+def test_a_name_without_org_offline_lists_the_built_in_models(model, hint, no_model_loading, hub, monkeypatch, capsys):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    message = f"{model} is no built-in model, no file or folder, and the Hugging Face hub is unreachable (offline); {hint}"
+    assert main(["eval", "AgentR1/GSM8KTool-v0", "--model", model, "--no-progress"]) == 2
+    assert capsys.readouterr() == ("", f"agent-gym: error: {message}\n")
+    assert hub.urls == []
+    with pytest.raises(FileNotFoundError) as info:
+        agent_gym.models.resolve_model(model)  # the Python API says the same
+    assert str(info.value) == message
+
+
+def test_the_real_cli_lists_the_built_in_models_for_an_unknown_name(tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([agent_gym_script(), "eval", "AgentR1/GSM8KTool-v0", "--model", "does-not-exist"],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == (
+        "agent-gym: error: does-not-exist is no built-in model, no file or folder, and the Hugging Face hub is "
+        f"unreachable (offline); a model is {BUILTIN_HINT}\n"
+    )
+
+
+def test_a_name_without_org_the_hub_does_not_know_lists_the_built_in_models(hub, monkeypatch, capsys):
+    """Online the hub answers and transformers refuses the name; eval adds what --model takes."""
+    import transformers
+
+    def not_on_the_hub(name, *args, **kwargs):  # transformers' words for a repo the hub does not have
+        raise OSError(f"{name} is not a local folder and is not a valid model identifier listed on "
+                      "'https://huggingface.co/models'\nIf this is a private repository, make sure to pass a token")
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", not_on_the_hub)
+    hub.down = False
+    agent_gym.models._hub_source.cache_clear()
+    try:
+        assert main(["eval", "AgentR1/GSM8KTool-v0", "--model", "smollm2-135m-instruc", "--no-progress"]) == 2
+    finally:
+        agent_gym.models._hub_source.cache_clear()
+    assert capsys.readouterr().err == (
+        "agent-gym: error: smollm2-135m-instruc is not a local folder and is not a valid model identifier listed on "
+        "'https://huggingface.co/models' If this is a private repository, make sure to pass a token; did you mean "
+        f"'smollm2-135m-instruct'? A model is {BUILTIN_HINT}\n"
+    )
 
 
 def test_unreachable_hub_with_the_model_in_the_hub_cache_loads_it_offline(hub, monkeypatch):
@@ -491,7 +636,9 @@ def test_export_verl_bad_tokenizer_is_one_line(tmp_path, monkeypatch, capsys):
          "--env-kwargs gives flag=True and --env-kwarg gives flag=1; give it once"),
         (["--env-kwarg", "oops"], "--env-kwarg expects KEY=VALUE with a Python identifier as KEY, got 'oops'"),
         (["--env-kwargs", "[1]"], "--env-kwargs must be a JSON object, got '[1]'"),
-        (["--env-kwarg", "colour=red"], "AgentR1/Countdown-v0: AgentEnv.__init__() got an unexpected keyword argument 'colour'"),
+        (["--env-kwarg", "colour=red"], "AgentR1/Countdown-v0 takes no argument 'colour'. It takes: " + COUNTDOWN_ARGS),
+        (["--env-kwarg", "dificulty=easy"],
+         "AgentR1/Countdown-v0 takes no argument 'dificulty'; did you mean 'difficulty'? It takes: " + COUNTDOWN_ARGS),
     ],
 )
 def test_export_verl_env_kwarg_mistakes_are_one_line(args, message, tmp_path, monkeypatch, capsys):

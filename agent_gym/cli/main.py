@@ -354,6 +354,20 @@ def _user_errors(what: Callable[[], Any]) -> Any:
         raise UsageError(_one_line(str(exc))) from None
 
 
+def _model_errors(model: str | None, what: Callable[[], Any]) -> Any:
+    """:func:`_user_errors` for loading ``--model``: a refused name without ``org/`` (a mistyped built-in
+    name, most likely) also gets the built-in names and what else --model takes. Offline,
+    resolve_model's own message says so; online the hub's "not a valid model identifier" does not."""
+    from agent_gym.models import is_unknown_bare_name, model_kinds
+
+    try:
+        return _user_errors(what)
+    except UsageError as exc:
+        if model is None or not is_unknown_bare_name(model) or "model is a built-in name" in str(exc):
+            raise
+        raise UsageError(f"{exc}; {model_kinds(model)}") from None
+
+
 def _one_line(text: str) -> str:
     return " ".join(text.split())
 
@@ -467,7 +481,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else _default_out(env_id)
     model_name = args.model or DEFAULT_MODEL
     # A --model that is no path and no hub name fails here, before transformers or torch is imported.
-    source = _user_errors(lambda: resolve_model(args.model))
+    source = _model_errors(args.model, lambda: resolve_model(args.model))
     if args.backend == "vllm" and source.adapter is not None and source.name is None:  # a user's adapter folder
         raise UsageError(f"--backend vllm needs a Hugging Face model folder, not the LoRA adapter folder {args.model} "
                          f"(vLLM loads model folders, not adapters): `agent-gym export-model --model {args.model} --out DIR` "
@@ -540,8 +554,11 @@ def _run_eval(args: argparse.Namespace, env_id: str, out: Path, model_name: str)
 
     hf_logging.disable_progress_bar()
     # Cheap checks first (tokenizer, data) so that a mistake is reported before the model loads.
-    tokenizer = _user_errors(lambda: load_tokenizer(args.model))
-    make_env = _env_factory(env_id, tokenizer=tokenizer, **_env_kwargs(args))
+    env_kwargs = _env_kwargs(args)
+    if "tokenizer" in env_kwargs:
+        raise UsageError("--env-kwarg tokenizer=...: eval's envs use the tokenizer of --model; pass the model as --model")
+    tokenizer = _model_errors(args.model, lambda: load_tokenizer(args.model))
+    make_env = _env_factory(env_id, tokenizer=tokenizer, **env_kwargs)
     first_env = _user_errors(make_env)
     slots = min(args.batch_size, args.episodes)
     envs = [first_env] + [make_env] * (slots - 1)

@@ -10,10 +10,16 @@ from agent_gym.registry.registry import (
     NAMESPACE,
     EnvCard,
     discover_envs,
+    env_class,
+    env_kwarg_names,
     list_envs,
     make_error_message,
     register_env,
     require_env,
+    unknown_kwarg_message,
 )
 
-__all__ = ["ENTRY_POINT_GROUP", "NAMESPACE", "EnvCard", "discover_envs", "list_envs", "make_error_message", "register_env", "require_env"]
+__all__ = [
+    "ENTRY_POINT_GROUP", "NAMESPACE", "EnvCard", "discover_envs", "env_class", "env_kwarg_names", "list_envs",
+    "make_error_message", "register_env", "require_env", "unknown_kwarg_message",
+]

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 import warnings
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from typing import Any
+from typing import Any, Sequence
 
 import gymnasium as gym
 
 __all__ = [
     "ENTRY_POINT_GROUP", "NAMESPACE", "EnvCard", "register_env", "discover_envs", "require_env", "list_envs",
-    "make_error_message",
+    "make_error_message", "env_class", "env_kwarg_names", "unknown_kwarg_message",
 ]
 
 #: The entry-point group env packages register under.
@@ -143,14 +144,92 @@ def list_envs() -> list[EnvCard]:
     return [_CARDS[k] for k in sorted(_CARDS)]
 
 
-def make_error_message(env_id: str, exc: BaseException) -> str:
-    """The one-line message for a ``TypeError`` that ``gym.make(env_id, ...)`` raised (a constructor
-    argument the env does not take), e.g. ``"AgentR1/GSM8K-v0: AgentEnv.__init__() got an unexpected
-    keyword argument 'colour'"``.
+def env_class(env_id: str) -> Any:
+    """The class (or creator) registered as ``env_id`` (a bare id is tried under ``AgentR1/`` too), or
+    ``None`` when no such id is registered or its entry point does not import."""
+    for candidate in (env_id, f"{NAMESPACE}/{env_id}"):
+        try:
+            entry = gym.spec(candidate).entry_point
+        except gym.error.Error:
+            continue
+        if isinstance(entry, str):
+            try:
+                return gym.envs.registration.load_env_creator(entry)
+            except Exception:  # noqa: BLE001 - the message falls back to the constructor's own words
+                return None
+        return entry
+    return None
 
-    gymnasium appends every kwarg to the constructor's message (a tokenizer's whole repr among them);
-    that part is dropped, and the env id leads instead. Every command line and server reports a bad env
-    argument through this function, so they all say it the same way.
+
+def env_kwarg_names(env: Any) -> list[str] | None:
+    """The keyword arguments the constructor of ``env`` (a class, or a registered env id) takes, in
+    signature order: the class's own ``__init__`` first, then, while an ``__init__`` passes ``**kwargs``
+    on, those of the next base along the MRO that defines one (the ``super().__init__(**kwargs)``
+    chain of every env, ending at :class:`agent_gym.AgentEnv`).
+
+    ``None`` when that cannot be known: no such env, a creator that is not a class, an unreadable
+    signature, or a ``**kwargs`` that reaches ``object`` (it takes anything).
     """
-    message = str(exc).split(" was raised from the environment creator", 1)[0]
-    return f"{env_id}: {' '.join(message.split())}"
+    cls = env_class(env) if isinstance(env, str) else env
+    if not isinstance(cls, type):
+        return None
+    import inspect
+
+    names: list[str] = []
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        if klass is object:
+            return None  # a **kwargs forwarded all the way up: anything goes as far as we can tell
+        try:
+            params = inspect.signature(init).parameters.values()
+        except (TypeError, ValueError):
+            return None
+        forwards = False
+        for i, param in enumerate(params):
+            if i == 0 or param.kind in (param.POSITIONAL_ONLY, param.VAR_POSITIONAL):
+                continue  # self, and what cannot be given by name
+            if param.kind is param.VAR_KEYWORD:
+                forwards = True
+            elif param.name not in names:
+                names.append(param.name)
+        if not forwards:
+            return names
+    return names
+
+
+def unknown_kwarg_message(env_id: str, name: str, accepted: Sequence[str]) -> str:
+    """``"<id> takes no argument 'name'; did you mean 'x'? It takes: a, b, ..."`` (the guess only when
+    one is close, by :func:`difflib.get_close_matches`)."""
+    import difflib
+
+    close = difflib.get_close_matches(name, accepted, n=1, cutoff=0.6)
+    guess = f"; did you mean {close[0]!r}?" if close else "."
+    return f"{env_id} takes no argument {name!r}{guess} It takes: {', '.join(accepted)}"
+
+
+_UNEXPECTED = re.compile(r"got an unexpected keyword argument '([^']+)'")
+
+
+def make_error_message(env_id: str, exc: BaseException) -> str:
+    """The one-line message for a ``TypeError`` that ``gym.make(env_id, ...)`` raised.
+
+    For a constructor argument the env does not take, it names the arguments the env does take and the
+    closest one (see :func:`unknown_kwarg_message`), e.g. ``"AgentR1/GSM8K-v0 takes no argument
+    'colour'; It takes: tokenizer, split, ..."``. Other TypeErrors keep their own words, with the env id
+    leading. gymnasium appends every kwarg to the constructor's message (a tokenizer's whole repr among
+    them); that part is dropped. Every command line and server reports a bad env argument through this
+    function, so they all say it the same way.
+    """
+    message = " ".join(str(exc).split(" was raised from the environment creator", 1)[0].split())
+    if message.startswith(f"{env_id} takes no argument "):
+        return message  # already said in these words (e.g. by a wrapped factory)
+    match = _UNEXPECTED.search(message)
+    if match is not None:
+        accepted = env_kwarg_names(env_id)
+        # A name the constructor chain does take was rejected deeper inside (a bug, not a user's
+        # argument): its own words say more than the list would.
+        if accepted is not None and match.group(1) not in accepted:
+            return unknown_kwarg_message(env_id, match.group(1), accepted)
+    return f"{env_id}: {message}"
