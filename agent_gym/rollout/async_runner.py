@@ -38,7 +38,7 @@ import numpy as np
 from agent_gym.rollout.episode import env_id_of, play_episode
 from agent_gym.rollout.gc_timer import GCTimer
 from agent_gym.rollout.policy import Generation
-from agent_gym.rollout.progress import RolloutResult, plan_episodes, progress_bar
+from agent_gym.rollout.progress import RolloutResult, TurnEstimate, plan_episodes, progress_bar
 from agent_gym.trajectory import StepRecord, Trajectory, TrajectoryWriter
 
 __all__ = ["AsyncRolloutResult", "arun_episodes", "find_astep", "run_episodes_async", "run_sync"]
@@ -215,7 +215,8 @@ async def arun_episodes(
         env_id: recorded in trajectories; default: the env's ``spec.id`` (else its class name).
         metadata: extra entries for every trajectory's ``metadata``.
         progress: show a tqdm bar on stderr; before every batch it also shows the turns generated,
-            generated tokens per second and the accuracy of the episodes finished so far.
+            generated tokens per second and the accuracy of the episodes finished so far. Its time
+            left comes from the turns played (:class:`~agent_gym.rollout.progress.TurnEstimate`).
 
     Returns:
         :class:`AsyncRolloutResult`: trajectories in episode order (``metadata`` has ``episode``,
@@ -239,7 +240,8 @@ async def arun_episodes(
     step_latencies: list[float] = []
     counters = {"next": 0, "in_flight": 0, "max_in_flight": 0, "steps": 0, "tokens": 0, "reset_s": 0.0, "turns": 0}
     write_lock = asyncio.Lock()
-    bar = progress_bar(episodes, progress)
+    estimate = TurnEstimate(episodes)
+    bar = progress_bar(episodes, progress, estimate)
     started = time.perf_counter()
 
     def show_progress() -> None:
@@ -273,8 +275,13 @@ async def arun_episodes(
 
         async def generate(prompt: list[int]) -> Generation:
             if use_agenerate:
-                return await policy.agenerate(prompt, max_new_tokens=max_new_tokens)
-            return await batcher.generate(prompt, worker)
+                generation = await policy.agenerate(prompt, max_new_tokens=max_new_tokens)
+            else:
+                generation = await batcher.generate(prompt, worker)
+            # Counted when generated, not when stepped: the episodes of a batch get their turns at
+            # once, and the first one's step (which may end it) must not see the others' as undone.
+            estimate.turn_done(i)
+            return generation
 
         trajectory = await play_episode(
             env,
@@ -304,6 +311,7 @@ async def arun_episodes(
                 counters["max_in_flight"] = max(counters["max_in_flight"], counters["in_flight"])
                 if not lockstep:
                     batcher.active += 1
+                estimate.episode_started(i)
                 try:
                     trajectory = await play(env, i, slot)
                 finally:
@@ -312,6 +320,7 @@ async def arun_episodes(
                         batcher.active -= 1
                         batcher.notify()  # one fewer episode can add prompts: the batch may be complete now
                 finished.append(trajectory)
+                estimate.episode_done(i)
                 bar.update(1)
                 if writer is not None:
                     async with write_lock:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import sys
+import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from agent_gym.trajectory import Trajectory
 
-__all__ = ["RolloutResult", "plan_episodes", "progress_bar"]
+__all__ = ["RolloutResult", "TurnEstimate", "plan_episodes", "progress_bar"]
 
 
 @dataclass
@@ -75,6 +76,66 @@ def plan_episodes(
     return episodes, task_ids
 
 
+class TurnEstimate:
+    """The time left of a run, from the turns played rather than the episodes finished.
+
+    Batched episodes finish together at the end of their batch (and the short ones first), so the
+    rate of finished episodes says little until the end: after the first one it predicts many times
+    the real run. Turns are finished all along. The estimate is ``elapsed / turns played * turns
+    left``, with the turns an episode takes guessed as the mean over the episodes started so far, a
+    running one counted as the turns it has played plus one (it takes at least one more); a running
+    episode already past that mean is guessed to take one more turn. That guess grows as episodes run
+    longer, so the estimate errs short, never by the factors of the episode rate. It is ``None``
+    (shown as ``?``) until an episode has finished: before that nothing says how long one is.
+
+    Args:
+        episodes: the episodes of the run.
+        clock: seconds, monotonic (``time.perf_counter``); the time of construction is the start.
+    """
+
+    def __init__(self, episodes: int, clock: Callable[[], float] = time.perf_counter):
+        self.episodes = int(episodes)
+        self.clock = clock
+        self.started = clock()
+        #: turns played, by running episode
+        self.running: dict[int, int] = {}
+        self.finished = 0
+        self.finished_turns = 0
+
+    def episode_started(self, episode: int) -> None:
+        self.running[episode] = 0
+
+    def turn_done(self, episode: int) -> None:
+        self.running[episode] = self.running.get(episode, 0) + 1
+
+    def episode_done(self, episode: int) -> None:
+        self.finished_turns += self.running.pop(episode, 0)
+        self.finished += 1
+
+    @property
+    def turns_done(self) -> int:
+        return self.finished_turns + sum(self.running.values())
+
+    def expected_turns(self) -> float | None:
+        """The turns of the whole run as guessed now (see the class docstring); ``None`` before any
+        episode has finished."""
+        if not self.finished:
+            return None
+        started = self.finished + len(self.running)
+        per_episode = (self.finished_turns + sum(k + 1 for k in self.running.values())) / started
+        not_started = max(self.episodes - started, 0)
+        return (self.finished_turns + sum(max(k + 1, per_episode) for k in self.running.values())
+                + not_started * per_episode)
+
+    def remaining(self) -> float | None:
+        """Seconds left, by the clock; ``None`` when that is not known yet."""
+        total = self.expected_turns()
+        done = self.turns_done
+        if total is None or done == 0:
+            return None
+        return max(self.clock() - self.started, 0.0) * max(total - done, 0.0) / done
+
+
 class _NoBar:
     def update(self, n: int = 1) -> None:
         pass
@@ -86,10 +147,54 @@ class _NoBar:
         pass
 
 
-def progress_bar(total: int, enabled: bool) -> Any:
+#: tqdm's default layout less the rate (of episodes: as misleading as their ETA), with the remaining
+#: time from a :class:`TurnEstimate`.
+BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}{postfix}]"
+
+
+def progress_bar(total: int, enabled: bool, estimate: TurnEstimate | None = None) -> Any:
+    """A tqdm bar over ``total`` episodes on stderr (or one that draws nothing, when not
+    ``enabled``); with ``estimate``, its remaining time is the estimate's (``?`` while it has none)
+    instead of tqdm's, which extrapolates from the episodes finished."""
     if not enabled:
         return _NoBar()
     from tqdm.auto import tqdm
 
     # disable=False: asked for, so shown even where TQDM_DISABLE silences other libraries' bars.
-    return tqdm(total=total, desc="episodes", unit="ep", file=sys.stderr, dynamic_ncols=True, disable=False)
+    options = dict(total=total, desc="episodes", unit="ep", file=sys.stderr, dynamic_ncols=True, disable=False)
+    if estimate is None:
+        return tqdm(**options)
+    return _estimated_bar_class(tqdm)(estimate, bar_format=BAR_FORMAT, **options)
+
+
+def format_remaining(seconds: float | None) -> str:
+    """How the bar writes the time left: tqdm's ``mm:ss`` (``h:mm:ss``), ``?`` when unknown."""
+    from tqdm import tqdm
+
+    return "?" if seconds is None else tqdm.format_interval(seconds)
+
+
+_BAR_CLASSES: dict[type, type] = {}
+
+
+def _estimated_bar_class(base: type) -> type:
+    """``base`` (tqdm's console or notebook bar, as ``tqdm.auto`` chose) drawing the estimate's time.
+
+    tqdm computes its own remaining time inside ``format_meter``; a ``remaining`` entry of
+    ``format_dict`` is passed through to the bar format and wins over it."""
+    if base not in _BAR_CLASSES:
+
+        class EstimatedBar(base):  # type: ignore[misc, valid-type]
+            def __init__(self, estimate: TurnEstimate, *args: Any, **kwargs: Any):
+                self.estimate = estimate
+                super().__init__(*args, **kwargs)
+
+            @property
+            def format_dict(self) -> dict[str, Any]:
+                values = super().format_dict
+                estimate = getattr(self, "estimate", None)  # tqdm draws once inside __init__
+                values["remaining"] = format_remaining(None if estimate is None else estimate.remaining())
+                return values
+
+        _BAR_CLASSES[base] = EstimatedBar
+    return _BAR_CLASSES[base]
