@@ -18,11 +18,14 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import logging
 import os
+import signal
 import statistics
 import sys
 import time
 import warnings
+from pathlib import Path
 
 
 #: TRL's vllm_importance_sampling_mode values (TRL's default first)
@@ -51,7 +54,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="an env constructor argument (JSON value), repeatable: level=1, few_shot=true")
     p.add_argument("--split", default=None, help="the env's split (GSM8K: train/test); default: the env's default")
     p.add_argument("--rows", type=int, default=512,
-                   help="dataset rows: the first N tasks of a finite source, seeds 0..N-1 of a generated one; 0: all tasks")
+                   help="dataset rows: the first N tasks of a finite source, the distinct tasks of seeds 0..N-1 of a "
+                        "generated one (the header line says how many duplicates it dropped); 0: all tasks")
     p.add_argument("--model", default="smollm2-135m-instruct",
                    help="a built-in name (smollm2-135m-instruct, smollm2-135m-tool), a Hugging Face folder, or a hub name")
     p.add_argument("--output-dir", default="runs/trl", help="TRL's output folder (the final model is saved there with --save)")
@@ -139,8 +143,39 @@ def grpo_config_kwargs(args: argparse.Namespace, gpu: bool) -> dict:
     )
 
 
+def interrupted_message(args: argparse.Namespace, steps: int, episodes: int, seconds: float) -> str:
+    """What a Ctrl-C'd run prints: how far it got (``seconds`` since it began), and where what it wrote is."""
+    written = [f"{path} ({option})" for path, option in ((args.metrics_csv, "--metrics-csv"),
+                                                          (args.log_jsonl, "--log-jsonl"),
+                                                          (args.trajectories, "--trajectories")) if path]
+    where = ["written as it trained: " + ", ".join(written) if written
+             else "no metrics written (--metrics-csv, --log-jsonl write them as it trains)"]
+    out = Path(args.output_dir)
+    began = time.time() - seconds
+    # TRL's loggers (--report-to tensorboard) write there as it trains; files of an earlier run are not this one's
+    if out.is_dir() and any(f.is_file() and f.stat().st_mtime >= began for f in out.rglob("*")):
+        where.append(f"files written to {out}")
+    if args.save:
+        where.append("the model is not saved (--save saves it when the run ends)")
+    return (f"interrupted: {steps} of {args.steps} optimizer steps done, {episodes} episodes played, "
+            f"{seconds:.0f} s\n" + "; ".join(where))
+
+
+#: what the run is doing, for the message of a Ctrl-C outside the training loop
+_stage = "before training began"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    try:
+        return train(args)
+    except KeyboardInterrupt:
+        print(f"interrupted {_stage}", file=sys.stderr)
+        return 130
+
+
+def train(args: argparse.Namespace) -> int:
+    global _stage
     from agent_gym.cpu import configure_cpu_threads
 
     configure_cpu_threads()  # before torch loads: one thread per core, OpenMP waits sleep on a busy machine
@@ -156,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     from agent_gym.models import load_causal_lm, load_tokenizer
     from agent_gym.trajectory import TrajectoryWriter
     from agent_gym_trl import EnvRollout, env_dataset, env_reward
+    from agent_gym_trl.dataset import DuplicateTasksDropped
 
     from transformers.utils import logging as hf_logging
 
@@ -169,9 +205,26 @@ def main(argv: list[str] | None = None) -> int:
     # float32 master weights whatever the compute precision: TRL's bf16=True is autocast over them
     model = load_causal_lm(args.model, dtype=torch.float32)
     env_kwargs = dict(args.env_kwarg)
-    dataset = env_dataset(args.env_id, args.rows or None, split=args.split, env_kwargs=env_kwargs, tokenizer=tokenizer)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", DuplicateTasksDropped)
+        dataset = env_dataset(args.env_id, args.rows or None, split=args.split, env_kwargs=env_kwargs,
+                              tokenizer=tokenizer)
+    dropped = ""  # said in the header line: "511 rows (512 seeds drew 511 distinct tasks; 1 duplicate dropped)"
+    for w in caught:
+        if issubclass(w.category, DuplicateTasksDropped):
+            dropped = " (" + str(w.message).partition(": ")[2].partition(" (")[0] + ")"
+        else:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     writer = TrajectoryWriter(args.trajectories) if args.trajectories else None
-    rollout = EnvRollout(on_episode=(lambda t, env: writer.write(t)) if writer else None)
+    episodes_played = 0
+
+    def on_episode(trajectory, _env):
+        nonlocal episodes_played
+        episodes_played += 1
+        if writer is not None:
+            writer.write(trajectory)
+
+    rollout = EnvRollout(on_episode=on_episode)
     config = GRPOConfig(**grpo_config_kwargs(args, gpu))
 
     step_seconds: dict[int, float] = {}  # optimizer step -> its wall seconds (generation included when it ran)
@@ -225,13 +278,24 @@ def main(argv: list[str] | None = None) -> int:
         callbacks=[PrintSteps()],
     )
     trainer.remove_callback(PrinterCallback)  # one line per step from PrintSteps instead of every metric
-    print(f"{args.env_id} {json.dumps(env_kwargs, sort_keys=True)}: {len(dataset)} rows, model {args.model}, "
+    print(f"{args.env_id} {json.dumps(env_kwargs, sort_keys=True)}: {len(dataset)} rows{dropped}, model {args.model}, "
           f"{'GPU' if gpu else 'CPU'}{' + vLLM ' + args.vllm_mode if args.use_vllm else ''}"
           f"{'; vLLM importance sampling ' + args.vllm_importance_sampling if args.use_vllm else ''}; weights "
           f"{str(next(model.parameters()).dtype).removeprefix('torch.')}, compute {'bfloat16' if args.bf16 else 'float32'}",
           flush=True)
+    # Ctrl-C may land in the rollout's generation task, which then dies holding the KeyboardInterrupt; as
+    # the rollout's event loop closes, nothing has awaited that task, so asyncio logs it with a traceback
+    # ("Task exception was never retrieved") before the interrupt reaches the handler below.
+    logging.getLogger("asyncio").addFilter(
+        lambda record: not (record.exc_info and isinstance(record.exc_info[1], KeyboardInterrupt)))
     try:
         trainer.train()
+    except KeyboardInterrupt:
+        # a second Ctrl-C while the files close ends the process at once, without a traceback
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        interrupted = True
+    else:
+        interrupted = False
     finally:
         if writer is not None:
             writer.close()
@@ -240,11 +304,18 @@ def main(argv: list[str] | None = None) -> int:
         if log_file is not None:
             log_file.close()
         rollout.close()
+    if interrupted:
+        print(interrupted_message(args, trainer.state.global_step, episodes_played, time.perf_counter() - started),
+              file=sys.stderr, flush=True)
+        return 130
+    _stage = "after training"
     if args.save:
+        _stage = f"while saving the model: {args.output_dir} may hold part of it"
         if args.bf16:
             trainer.model.to(torch.bfloat16)  # the precision it was trained to run in (and an export's)
         trainer.save_model(args.output_dir)
         print(f"saved to {args.output_dir}")
+        _stage = f"after saving the model to {args.output_dir}"
     rewards = [e["reward"] for e in trainer.state.log_history if "reward" in e]
     if rewards:
         print(f"done: {trainer.state.global_step} steps in {time.perf_counter() - started:.0f} s; "

@@ -21,13 +21,18 @@ that is what :class:`agent_gym_trl.EnvRollout` does.
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-__all__ = ["ROUTE_KEY", "Route", "env_dataset", "env_rows", "route_of"]
+__all__ = ["ROUTE_KEY", "DuplicateTasksDropped", "Route", "env_dataset", "env_rows", "route_of"]
 
 #: The message key under which a prompt carries its route.
 ROUTE_KEY = "agent_gym"
+
+
+class DuplicateTasksDropped(UserWarning):
+    """A generated source's seeds ``0..n-1`` drew some task twice: the rows are its distinct tasks, fewer than ``n``."""
 
 
 @dataclass(frozen=True)
@@ -94,7 +99,15 @@ def env_rows(
     task_ids: Iterable[str] | None = None,
     tokenizer: Any = None,
 ) -> list[dict[str, Any]]:
-    """The rows of :func:`env_dataset` as plain dicts (same arguments)."""
+    """The rows of :func:`env_dataset` as plain dicts (same arguments, same warning)."""
+    rows, dropped = _rows(env_id, n, split, env_kwargs, task_ids, tokenizer)
+    if dropped:
+        warnings.warn(dropped, DuplicateTasksDropped, stacklevel=2)
+    return rows
+
+
+def _rows(env_id, n, split, env_kwargs, task_ids, tokenizer) -> tuple[list[dict[str, Any]], str | None]:
+    # The rows, and what was dropped (None: nothing): the public functions warn, so the warning names their caller.
     from agent_gym.core.tasks import make_on_split, source_tasks, text_of
 
     kwargs = dict(env_kwargs or {})
@@ -117,7 +130,14 @@ def env_rows(
                 raise ValueError(f"{env_id}: task {task_id!r} opens with no messages")
             messages[-1][ROUTE_KEY] = route.to_json()
             rows.append({"prompt": messages, "env_id": env_id, "task_id": str(task_id), "env_kwargs": kwargs_json})
-        return rows
+        generated = task_ids is None and getattr(base, "tasks", None) is None
+        if not (generated and n is not None and len(rows) < n):
+            return rows, None
+        # fewer rows than asked for: without a word, "511 rows" from n=512 reads as a lost row
+        dropped = n - len(rows)
+        return rows, (f"{env_id}: {n} seeds drew {len(rows)} distinct tasks; {dropped} duplicate"
+                      f"{'s' if dropped != 1 else ''} dropped (rows are the distinct tasks of seeds 0..{n - 1}; "
+                      "a larger n gives more)")
     finally:
         env.close()
 
@@ -136,7 +156,7 @@ def env_dataset(
     Args:
         env_id: a registered env id (``AgentR1/...``).
         n: at most this many rows. A finite task source (GSM8K's splits) gives its first ``n`` tasks (all
-            when ``None``); a generated one gives the tasks of seeds ``0..n-1`` and needs ``n``.
+            when ``None``); a generated one gives the distinct tasks of seeds ``0..n-1`` and needs ``n``.
         split: the env's ``split`` argument (stored in the rows' env kwargs); ``None``: the env's default.
         env_kwargs: constructor arguments of the env (JSON values: ``level``, ``few_shot``, ...), stored in
             every row; the rollout makes the env with them and the trainer's tokenizer.
@@ -147,10 +167,16 @@ def env_dataset(
     Raises:
         ValueError: an unknown env id, a generated source without ``n``, an env without ``split``,
             kwargs that are not JSON values.
+
+    Warns:
+        DuplicateTasksDropped: seeds ``0..n-1`` of a generated source drew some task more than once, so
+            there are fewer than ``n`` rows ("512 seeds drew 511 distinct tasks; 1 duplicate dropped").
     """
     import datasets
 
-    rows = env_rows(env_id, n, split=split, env_kwargs=env_kwargs, task_ids=task_ids, tokenizer=tokenizer)
+    rows, dropped = _rows(env_id, n, split, env_kwargs, task_ids, tokenizer)
+    if dropped:
+        warnings.warn(dropped, DuplicateTasksDropped, stacklevel=2)
     return datasets.Dataset.from_list(rows, features=_features())
 
 

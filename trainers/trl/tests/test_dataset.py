@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 
 import datasets
 import gymnasium as gym
@@ -10,6 +11,7 @@ import pytest
 
 import agent_gym  # noqa: F401  (registers the envs)
 from agent_gym_trl import ROUTE_KEY, Route, env_dataset, env_rows, route_of
+from agent_gym_trl.dataset import DuplicateTasksDropped
 
 
 def test_a_finite_task_source_gives_its_first_tasks(tokenizer):
@@ -40,6 +42,22 @@ def test_a_generated_source_gives_the_tasks_of_seeds(tokenizer):
     assert rows[0]["prompt"][-1]["content"].startswith("What is ")
     with pytest.raises(ValueError, match="generates its tasks .* pass n="):
         env_rows("AgentR1/Arithmetic-v0")
+
+
+def test_duplicate_tasks_of_a_generated_source_are_dropped_with_a_warning(tokenizer):
+    """Arithmetic level 1 draws seed 237's task again at seed 342: 343 seeds give 342 rows, and say so."""
+    with pytest.warns(DuplicateTasksDropped) as caught:
+        ds = env_dataset("AgentR1/Arithmetic-v0", n=343, env_kwargs={"level": 1}, tokenizer=tokenizer)
+    assert len(ds) == 342 and len(set(ds["task_id"])) == 342
+    assert [str(w.message) for w in caught] == [
+        "AgentR1/Arithmetic-v0: 343 seeds drew 342 distinct tasks; 1 duplicate dropped (rows are the distinct "
+        "tasks of seeds 0..342; a larger n gives more)"
+    ]
+    assert caught[0].filename == __file__  # the warning points at the caller's line
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DuplicateTasksDropped)  # no duplicates, no finite source: no warning
+        assert len(env_rows("AgentR1/Arithmetic-v0", n=342, env_kwargs={"level": 1}, tokenizer=tokenizer)) == 342
+        assert len(env_rows("AgentR1/GSM8KTool-v0", n=3, split="test", tokenizer=tokenizer)) == 3
 
 
 def test_task_ids_pick_tasks_and_datasets_of_two_envs_concatenate(tokenizer):

@@ -5,8 +5,11 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -64,6 +67,48 @@ def test_two_steps_train_and_write_the_episodes_and_the_metrics(tmp_path):
     assert [line["learning_rate"] for line in per_step] == [1e-5, 1e-5]
     assert [line["reward"] for line in per_step] == pytest.approx([float(r["reward"]) for r in rows], abs=1e-5)
     assert all("env/tool_calls" in line and "grad_norm" in line for line in per_step)
+
+
+def test_ctrl_c_stops_cleanly_and_says_how_far_it_got(tmp_path):
+    """SIGINT after the first step: exit 130, no traceback, two lines naming the steps and episodes done and
+    the files written, which hold what the run did up to then. (--rows 343: level 1 draws seed 237's task
+    again at seed 342, and the header line says so.)"""
+    trajectories, metrics, logs = tmp_path / "episodes.jsonl", tmp_path / "metrics.csv", tmp_path / "logs.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, str(SCRIPT), "AgentR1/ArithmeticTool-v0", "--env-kwarg", "level=1", "--env-kwarg",
+         "few_shot=true", "--rows", "343", "--steps", "50", "--batch-size", "2", "--num-generations", "2",
+         "--max-completion-length", "24", "--output-dir", str(tmp_path / "out"), "--save",
+         "--trajectories", str(trajectories), "--metrics-csv", str(metrics), "--log-jsonl", str(logs)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 540
+        while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 2):  # the header and step 1
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "no step in 540 s"
+            time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert ('AgentR1/ArithmeticTool-v0 {"few_shot": true, "level": 1}: 342 rows (343 seeds drew 342 distinct tasks; '
+            "1 duplicate dropped), model ") in stdout
+    assert "done: " not in stdout and "saved to" not in stdout
+    last = stderr.strip().splitlines()[-2:]
+    found = re.fullmatch(r"interrupted: (\d+) of 50 optimizer steps done, (\d+) episodes played, \d+ s", last[0])
+    assert found, stderr[-3000:]
+    steps, played = int(found[1]), int(found[2])
+    rows = list(csv.DictReader(metrics.open()))
+    assert steps >= 1 and int(rows[-1]["step"]) <= steps < 50
+    # every episode played reached the trajectories file; a step's batch is 2, the next batch may be under way
+    assert played == len(list(read_trajectories(trajectories))) and 2 * steps <= played <= 2 * steps + 2
+    assert last[1] == (f"written as it trained: {metrics} (--metrics-csv), {logs} (--log-jsonl), {trajectories} "
+                       "(--trajectories); the model is not saved (--save saves it when the run ends)")
+    assert not (tmp_path / "out" / "model.safetensors").exists()
 
 
 def test_steps_per_generation_must_be_positive():
