@@ -224,6 +224,8 @@ def test_random_actions_never_raise_and_keep_the_invariant(family_name, family_t
             assert "render_error" not in info
             if terminated or truncated:
                 break
+            # A turn ends at its first end-of-turn id: the env appends the ids up to it and counts the rest.
+            action = list(action)[: len(action) - info.get("ids_after_end_of_turn", 0)]
             assert obs["prompt_ids"].tolist()[: len(prev) + len(action)] == prev + list(action)
             family_tokenizer.apply_chat_template(obs["messages"], tokenize=False, add_generation_prompt=True)
 
