@@ -782,3 +782,20 @@ def test_eval_vllm_refuses_a_lora_adapter_folder_and_names_the_export(tmp_path, 
     err = capsys.readouterr().err
     assert f"not the LoRA adapter folder {adapter}" in err
     assert f"agent-gym export-model --model {adapter} --out DIR" in err
+
+
+def test_gym_make_from_python_names_the_arguments_and_the_closest_one():
+    import gymnasium as gym
+    import pytest
+
+    with pytest.raises(TypeError) as err:
+        gym.make("AgentR1/GSM8KTool-v0", max_turn=3)
+    assert str(err.value).startswith(
+        "GSM8KToolEnv.__init__() got an unexpected keyword argument 'max_turn'; did you mean 'max_turns'? "
+        f"It takes: {GSM8K_TOOL_ARGS} was raised from the environment creator"
+    )
+    from agent_gym.registry import make_error_message
+
+    assert make_error_message("AgentR1/GSM8KTool-v0", err.value) == (
+        f"AgentR1/GSM8KTool-v0 takes no argument 'max_turn'; did you mean 'max_turns'? It takes: {GSM8K_TOOL_ARGS}"
+    )

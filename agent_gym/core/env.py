@@ -20,13 +20,14 @@ import copy
 import json
 from abc import abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, Mapping, Sequence, TypeVar, cast
+from typing import Any, Generic, Mapping, Sequence, TypeVar, cast
 
 import gymnasium as gym
 import numpy as np
 
 from agent_gym.chat.context import ChatContext
 from agent_gym.chat.template import ChatTemplate
+from agent_gym.core.arguments import constructor_kwarg_names, ends_kwargs_chain, kwarg_hint
 from agent_gym.core.prompts import tool_prompt_variables
 from agent_gym.core.spaces import ChatContextSpace, TokenSequence
 from agent_gym.core.types import Observation, ResetInfo, StepInfo
@@ -133,6 +134,7 @@ class AgentEnv(gym.Env[Observation, np.ndarray], Generic[TaskT]):
 
     metadata: dict[str, Any] = {"render_modes": ["ansi", "human"], "render_fps": 1}  # noqa: RUF012 - gymnasium's
 
+    @ends_kwargs_chain
     def __init__(
         self,
         tokenizer: Any = None,
@@ -144,7 +146,17 @@ class AgentEnv(gym.Env[Observation, np.ndarray], Generic[TaskT]):
         tool_format: str = "hermes",
         chat_template: str | None = None,
         render_mode: str | None = None,
+        **unknown: Any,
     ):
+        if unknown:
+            # What every subclass passed on and nobody took: a misspelt argument, refused with the
+            # names the whole constructor chain takes (Python's own message names neither).
+            name = next(iter(unknown))
+            accepted = constructor_kwarg_names(type(self)) or []
+            raise TypeError(
+                f"{type(self).__name__}.__init__() got an unexpected keyword argument {name!r}"
+                + kwarg_hint(name, accepted)
+            )
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:

@@ -8,9 +8,11 @@ import threading
 import warnings
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
-from typing import Any, Sequence
+from typing import Any
 
 import gymnasium as gym
+
+from agent_gym.core.arguments import constructor_kwarg_names, unknown_kwarg_message
 
 __all__ = [
     "ENTRY_POINT_GROUP", "NAMESPACE", "EnvCard", "register_env", "discover_envs", "require_env", "list_envs",
@@ -163,9 +165,7 @@ def env_class(env_id: str) -> Any:
 
 def env_kwarg_names(env: Any) -> list[str] | None:
     """The keyword arguments the constructor of ``env`` (a class, or a registered env id) takes, in
-    signature order: the class's own ``__init__`` first, then, while an ``__init__`` passes ``**kwargs``
-    on, those of the next base along the MRO that defines one (the ``super().__init__(**kwargs)``
-    chain of every env, ending at :class:`agent_gym.AgentEnv`).
+    signature order (see :func:`agent_gym.core.arguments.constructor_kwarg_names`).
 
     ``None`` when that cannot be known: no such env, a creator that is not a class, an unreadable
     signature, or a ``**kwargs`` that reaches ``object`` (it takes anything).
@@ -173,40 +173,7 @@ def env_kwarg_names(env: Any) -> list[str] | None:
     cls = env_class(env) if isinstance(env, str) else env
     if not isinstance(cls, type):
         return None
-    import inspect
-
-    names: list[str] = []
-    for klass in cls.__mro__:
-        init = klass.__dict__.get("__init__")
-        if init is None:
-            continue
-        if klass is object:
-            return None  # a **kwargs forwarded all the way up: anything goes as far as we can tell
-        try:
-            params = inspect.signature(init).parameters.values()
-        except (TypeError, ValueError):
-            return None
-        forwards = False
-        for i, param in enumerate(params):
-            if i == 0 or param.kind in (param.POSITIONAL_ONLY, param.VAR_POSITIONAL):
-                continue  # self, and what cannot be given by name
-            if param.kind is param.VAR_KEYWORD:
-                forwards = True
-            elif param.name not in names:
-                names.append(param.name)
-        if not forwards:
-            return names
-    return names
-
-
-def unknown_kwarg_message(env_id: str, name: str, accepted: Sequence[str]) -> str:
-    """``"<id> takes no argument 'name'; did you mean 'x'? It takes: a, b, ..."`` (the guess only when
-    one is close, by :func:`difflib.get_close_matches`)."""
-    import difflib
-
-    close = difflib.get_close_matches(name, accepted, n=1, cutoff=0.6)
-    guess = f"; did you mean {close[0]!r}?" if close else "."
-    return f"{env_id} takes no argument {name!r}{guess} It takes: {', '.join(accepted)}"
+    return constructor_kwarg_names(cls)
 
 
 _UNEXPECTED = re.compile(r"got an unexpected keyword argument '([^']+)'")
