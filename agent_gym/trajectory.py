@@ -4,7 +4,8 @@ A :class:`Trajectory` is one finished (or abandoned) episode: the token ids the 
 produced at every step (:class:`StepRecord`), the final chat, and the outcome reward. Trajectories
 are stored one JSON object per line; :class:`TrajectoryWriter` fsyncs after every line so a crash
 loses at most the episode being written, and :func:`read_trajectories` skips the torn last line such
-a crash leaves behind.
+a crash leaves behind. A path ending in ``.gz`` holds the same lines gzip-compressed (the writer makes
+each line one gzip member, so every write still stands on its own).
 
 Numpy values (``np.integer``, ``np.floating``, ``np.bool_``, ``np.ndarray``) anywhere inside
 ``info``, ``messages`` or ``metadata`` are converted to plain Python values when a model is built,
@@ -13,9 +14,11 @@ so that records always serialise and compare equal after a round trip.
 
 from __future__ import annotations
 
+import gzip
 import math
 import os
 import warnings
+import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -451,6 +454,54 @@ def _repair_torn_tail(path: Path) -> None:
         os.fsync(f.fileno())
 
 
+def _repair_torn_gzip_tail(path: Path) -> None:
+    """:func:`_repair_torn_tail` for a ``.gz`` file the writer appends gzip members to.
+
+    Each record is one member, so a crash can only leave the last member incomplete: it is cut off.
+    Data that is not gzip at all (a plain file named ``.gz``, a corrupt member) is not cut, since
+    that would destroy records: appending to it is refused.
+    """
+    with open(path, "r+b") as f:
+        size = f.seek(0, os.SEEK_END)
+        f.seek(0)
+        offset = end = members = 0  # bytes scanned; end of the last complete member; members seen
+        member: Any = None
+        while chunk := f.read(1 << 20):
+            while chunk:
+                if member is None:
+                    member = zlib.decompressobj(wbits=31)  # 31: one gzip member
+                try:
+                    member.decompress(chunk)
+                except zlib.error as exc:
+                    raise ValueError(
+                        f"{path}: not appending: byte {end} starts no valid gzip member ({exc}) after "
+                        f"{members} complete ones; write to a new file (or name a plain JSONL file .jsonl)"
+                    ) from None
+                if not member.eof:
+                    offset += len(chunk)
+                    break
+                offset += len(chunk) - len(member.unused_data)
+                end, members = offset, members + 1
+                chunk, member = member.unused_data, None
+        if end == size:
+            return
+        warnings.warn(
+            f"{path}: discarding a torn last gzip member ({size - end} bytes, a partial write from an "
+            "earlier crash) before appending",
+            TornLineWarning,
+            stacklevel=3,  # point at the code that opened the writer
+        )
+        f.truncate(end)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _is_gzip(path: Path) -> bool:
+    """gzip by its first two bytes, or by a ``.gz`` name (so a plain file misnamed ``.gz`` is reported)."""
+    with open(path, "rb") as f:
+        return f.read(2) == b"\x1f\x8b" or path.suffix == ".gz"
+
+
 class TrajectoryWriter:
     """Append trajectories to a JSONL file, durably, one line per trajectory.
 
@@ -458,6 +509,10 @@ class TrajectoryWriter:
     writes it in one call, flushes, and ``os.fsync``\\ s, so a crash loses at most the trajectory in
     flight. Opening in append mode first repairs a torn last line left by an earlier crash.
     Use one writer per file: concurrent writers to the same path are not coordinated.
+
+    A path ending in ``.gz`` is written gzip-compressed, each line as its own gzip member: the file is
+    one ordinary gzip stream to ``zcat`` and :func:`read_trajectories`, and a crash still loses at most
+    the member being written.
 
     Example::
 
@@ -473,10 +528,11 @@ class TrajectoryWriter:
         if mode not in ("a", "w"):
             raise ValueError(f"mode must be 'a' (append) or 'w' (overwrite), got {mode!r}")
         self.path = Path(path)
+        self._gzip = self.path.suffix == ".gz"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         existed = self.path.exists()
         if mode == "a" and existed:
-            _repair_torn_tail(self.path)
+            (_repair_torn_gzip_tail if self._gzip else _repair_torn_tail)(self.path)
         # Binary mode: exact bytes, no newline translation, one write() per record.
         self._file = open(self.path, "ab" if mode == "a" else "wb")
         if not existed:
@@ -494,6 +550,9 @@ class TrajectoryWriter:
         if self._file.closed:
             raise ValueError(f"TrajectoryWriter for {self.path} is closed")
         line = trajectory.to_jsonl_line().encode("utf-8") + b"\n"
+        if self._gzip:
+            # mtime=0: the same trajectories give the same bytes.
+            line = gzip.compress(line, compresslevel=6, mtime=0)
         self._file.write(line)
         self._file.flush()
         os.fsync(self._file.fileno())
@@ -521,16 +580,19 @@ class TrajectoryWriter:
 
 
 def read_trajectories(path: str | os.PathLike[str]) -> Iterator[Trajectory]:
-    """Iterate over the trajectories stored in a JSONL file, lazily.
+    """Iterate over the trajectories stored in a JSONL file (plain or gzip-compressed), lazily.
 
-    Blank lines are skipped. An unreadable *last* line is taken to be a torn write from a crash:
-    it is skipped with a :class:`TornLineWarning` naming its line number. An unreadable line
-    anywhere else means the file is corrupt and raises.
+    A file is read as gzip when it starts with the gzip magic bytes or its name ends in ``.gz``; the
+    rules below then apply to the decompressed lines. Blank lines are skipped. An unreadable *last*
+    line is taken to be a torn write from a crash: it is skipped with a :class:`TornLineWarning`
+    naming its line number; so is the partial line of a gzip stream that ends early. An unreadable
+    line anywhere else means the file is corrupt and raises.
 
     Raises:
         FileNotFoundError: ``path`` does not exist (raised immediately, not on first iteration).
-        ValueError: A line other than the last is not a valid trajectory; the message names the
-            file and 1-based line number.
+        ValueError: A line other than the last is not a valid trajectory, or the gzip data is
+            corrupt (or a ``.gz`` file is not gzip); the message names the file and 1-based line
+            number.
     """
     path = Path(path)
     if not path.is_file():
@@ -540,10 +602,35 @@ def read_trajectories(path: str | os.PathLike[str]) -> Iterator[Trajectory]:
 
 def _iter_trajectories(path: Path) -> Iterator[Trajectory]:
     """Generator behind :func:`read_trajectories` (one line of look-ahead to spot the last line)."""
+    compressed = _is_gzip(path)
     # Binary mode so that a torn multi-byte UTF-8 character only affects its own line.
-    with open(path, "rb") as f:
+    with gzip.open(path, "rb") if compressed else open(path, "rb") as f:
         pending: tuple[int, bytes] | None = None
-        for lineno, raw in enumerate(f, start=1):
+        lines = iter(f)
+        lineno = 0
+        while True:
+            try:
+                raw = next(lines)
+            except StopIteration:
+                break
+            except EOFError:
+                # The gzip stream stops before its end marker (a copy or a write cut short): the
+                # line it was in is lost, the lines before it are whole.
+                if pending is not None:
+                    yield _parse_line(path, *pending)
+                warnings.warn(
+                    f"{path}:{lineno + 1}: skipping the torn last line (the gzip data ends early, likely "
+                    "a partial write from a crash)",
+                    TornLineWarning,
+                    stacklevel=2,
+                )
+                return
+            except (gzip.BadGzipFile, zlib.error) as exc:
+                hint = " (if it is plain JSONL, rename it to end in .jsonl)" if lineno == 0 else ""
+                raise ValueError(
+                    f"{path}:{lineno + 1}: corrupt gzip data after {lineno} whole lines: {exc}{hint}"
+                ) from None
+            lineno += 1
             if not raw.strip():
                 continue
             if pending is not None:

@@ -24,11 +24,9 @@ from __future__ import annotations
 
 import argparse
 import csv
-import gzip
 import json
 import math
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -47,14 +45,10 @@ def read_episodes(path: str | Path) -> dict[Key, dict[str, Any]]:
     if not path.is_file():
         raise CompareError(f"no trajectory file at {path}")
     try:
-        if path.suffix == ".gz":  # read_trajectories reads plain JSONL: unpack to a temporary file first
-            with tempfile.TemporaryDirectory() as tmp, gzip.open(path, "rb") as src:
-                plain = Path(tmp) / path.stem
-                plain.write_bytes(src.read())
-                return _episodes(read_trajectories(plain), path)
-        return _episodes(read_trajectories(path), path)
+        return _episodes(read_trajectories(path), path)  # plain or gzip-compressed JSONL
     except (OSError, ValueError) as exc:
-        raise CompareError(f"{path}: {exc}") from None
+        message = str(exc)  # read_trajectories' messages name the file and line already
+        raise CompareError(message if str(path) in message else f"{path}: {message}") from None
 
 
 def _episodes(trajectories: Any, path: Path) -> dict[Key, dict[str, Any]]:

@@ -72,6 +72,22 @@ def test_first_n_keeps_the_first_seeds_and_gz_files_are_read(tmp_path, capsys):
     assert "end - start +0.5000" in text and "gained 2, lost 0" in text
 
 
+def test_gz_files_the_writer_writes_are_read_and_damage_names_file_and_line(tmp_path, capsys):
+    a = _write(tmp_path / "a.jsonl.gz", START)  # `agent-gym eval --out a.jsonl.gz`: one gzip member per line
+    b = _write(tmp_path / "b.jsonl", END)
+    assert gzip.decompress(a.read_bytes()).count(b"\n") == 10
+    assert ce.main([str(a), str(b), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["n"], out["start"]["solved"], out["end"]["solved"], out["gained"], out["lost"]) == (10, 3, 6, 4, 1)
+    lines = gzip.decompress(a.read_bytes()).split(b"\n")
+    lines[4] = lines[4][:20]  # line 5 of 10 cut short: corruption, not a torn last line
+    a.write_bytes(gzip.compress(b"\n".join(lines)))
+    assert ce.main([str(a), str(b)]) == 1
+    assert capsys.readouterr().err == (
+        f"compare_evals.py: {a}:5: corrupt trajectory line: Invalid JSON: control character (\\u0000-\\u001F) found while parsing a string at line 2 column 0\n"
+    )
+
+
 def test_files_of_other_episodes_do_not_pair(tmp_path, capsys):
     a = _write(tmp_path / "a.jsonl", START)
     b = _write(tmp_path / "b.jsonl", END[:8])

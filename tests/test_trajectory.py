@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import math
 import os
 import warnings
@@ -312,6 +313,102 @@ def test_each_write_is_fsynced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
         assert len(synced) - before == 2
         # The data is on disk (not just in a buffer) while the writer is still open.
         assert [t.id for t in read_trajectories(path)] == ["a", "b"]
+
+
+
+# -- gzip -------------------------------------------------------------------------------------------
+
+
+def _gzip_members(trajs: list[Trajectory]) -> list[bytes]:
+    """One gzip member per line: the bytes TrajectoryWriter writes to a .gz path."""
+    return [gzip.compress(t.to_jsonl_line().encode("utf-8") + b"\n", compresslevel=6, mtime=0) for t in trajs]
+
+
+def test_gzip_file_reads_like_the_plain_one(tmp_path: Path) -> None:
+    plain = tmp_path / "rollouts.jsonl"
+    trajs = [make_trajectory(f"traj-{i}", n_steps=i + 1, reward=float(i)) for i in range(3)]
+    with TrajectoryWriter(plain) as writer:
+        for traj in trajs:
+            writer.write(traj)
+    gz = tmp_path / "rollouts.jsonl.gz"
+    gz.write_bytes(gzip.compress(plain.read_bytes()))  # one member, as `gzip rollouts.jsonl` makes it
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert list(read_trajectories(gz)) == trajs
+        # The magic bytes are enough: the same data under a plain name reads the same.
+        unnamed = tmp_path / "rollouts-compressed.jsonl"
+        unnamed.write_bytes(gz.read_bytes())
+        assert list(read_trajectories(unnamed)) == trajs
+
+
+def test_writer_writes_one_gzip_member_per_line_to_a_gz_path(tmp_path: Path) -> None:
+    path = tmp_path / "rollouts.jsonl.gz"
+    trajs = [make_trajectory(i) for i in ("a", "b", "c")]
+    with TrajectoryWriter(path) as writer:
+        writer.write(trajs[0])
+    with TrajectoryWriter(path, mode="a") as writer:  # appending adds members
+        writer.write(trajs[1])
+        writer.write(trajs[2])
+    assert path.read_bytes() == b"".join(_gzip_members(trajs))
+    assert gzip.decompress(path.read_bytes()) == b"".join(t.to_jsonl_line().encode() + b"\n" for t in trajs)
+    assert list(read_trajectories(path)) == trajs
+
+
+def test_torn_gzip_member_is_skipped_with_its_line_number(tmp_path: Path) -> None:
+    path = tmp_path / "rollouts.jsonl.gz"
+    members = _gzip_members([make_trajectory(i) for i in ("a", "b", "torn")])
+    path.write_bytes(members[0] + members[1] + members[2][: len(members[2]) // 2])
+    with pytest.warns(TornLineWarning, match=r"rollouts\.jsonl\.gz:3: skipping the torn last line \(the gzip data ends early"):
+        assert [t.id for t in read_trajectories(path)] == ["a", "b"]
+    # The cut may fall after the line's newline, before the member's trailer: the line is whole.
+    path.write_bytes(members[0] + members[1][:-4])
+    with pytest.warns(TornLineWarning, match=r":3: skipping the torn last line"):
+        assert [t.id for t in read_trajectories(path)] == ["a", "b"]
+
+
+def test_appending_to_a_torn_gzip_file_cuts_the_partial_member(tmp_path: Path) -> None:
+    path = tmp_path / "rollouts.jsonl.gz"
+    members = _gzip_members([make_trajectory(i) for i in ("a", "b", "torn")])
+    path.write_bytes(members[0] + members[1] + members[2][:7])
+    with pytest.warns(TornLineWarning, match=r"discarding a torn last gzip member \(7 bytes"):
+        writer = TrajectoryWriter(path)
+    with writer:
+        writer.write(make_trajectory("c"))
+    assert path.read_bytes() == members[0] + members[1] + _gzip_members([make_trajectory("c")])[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert [t.id for t in read_trajectories(path)] == ["a", "b", "c"]
+
+
+def test_corrupt_gzip_middle_line_and_data_raise_with_line_number(tmp_path: Path) -> None:
+    path = tmp_path / "rollouts.jsonl.gz"
+    lines = [make_trajectory(i).to_jsonl_line() for i in ("a", "b", "c")]
+    lines[1] = lines[1][: len(lines[1]) // 2]
+    path.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode("utf-8")))
+    reader = read_trajectories(path)
+    assert next(reader).id == "a"
+    with pytest.raises(ValueError, match=r"rollouts\.jsonl\.gz:2: corrupt trajectory line"):
+        next(reader)
+    # A damaged member: its CRC no longer matches.
+    members = _gzip_members([make_trajectory(i) for i in ("a", "b")])
+    damaged = bytearray(members[1])
+    damaged[-8] ^= 0xFF  # the first byte of the stored CRC-32
+    path.write_bytes(members[0] + bytes(damaged))
+    with pytest.raises(ValueError, match=r"rollouts\.jsonl\.gz:3: corrupt gzip data after 2 whole lines: CRC check failed"):
+        list(read_trajectories(path))
+
+
+def test_plain_file_named_gz_is_refused_with_the_fix(tmp_path: Path) -> None:
+    path = tmp_path / "rollouts.jsonl.gz"
+    path.write_text(make_trajectory("a").to_jsonl_line() + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"rollouts\.jsonl\.gz:1: corrupt gzip data after 0 whole lines: .*"
+                       r"\(if it is plain JSONL, rename it to end in \.jsonl\)"):
+        list(read_trajectories(path))
+    with pytest.raises(ValueError, match=r"not appending: byte 0 starts no valid gzip member"):
+        TrajectoryWriter(path)
+    assert path.read_text(encoding="utf-8") == make_trajectory("a").to_jsonl_line() + "\n"  # left as it was
+    path.write_bytes(b"")  # an empty .gz file holds no trajectories
+    assert list(read_trajectories(path)) == []
 
 
 # -- token_sequence ---------------------------------------------------------------------------------
