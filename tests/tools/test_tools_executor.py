@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import time
+import threading
 from typing import Any
 
 import pytest
@@ -45,15 +45,38 @@ def fail(kind: str) -> str:
     return "fine"
 
 
+class Slow:
+    """What the slow tools did, in order; ``release`` lets a blocked ``slow_sync`` return."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.events: list[str] = []
+        self.release = threading.Event()
+        self.done = threading.Event()
+
+
+SLOW = Slow()
+
+
 @tool(timeout_s=0.1)
 def slow_sync(seconds: float) -> str:
-    time.sleep(seconds)
+    SLOW.events.append("started")
+    SLOW.events.append("released" if SLOW.release.wait(seconds) else "gave up")
+    SLOW.done.set()
     return "late"
 
 
 @tool(timeout_s=0.1)
 async def slow_async(seconds: float) -> str:
-    await asyncio.sleep(seconds)
+    SLOW.events.append("started")
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        SLOW.events.append("cancelled")
+        raise
+    SLOW.events.append("finished")
     return "late"
 
 
@@ -64,17 +87,11 @@ async def nap(tag: str) -> str:
 
 
 @tool
-def sync_nap(tag: str) -> str:
-    time.sleep(0.4)
-    return tag
-
-
-@tool
 def big(n: int) -> str:
     return "x" * n
 
 
-EX = ToolExecutor([calculator, fail, slow_sync, slow_async, nap, sync_nap, big])
+EX = ToolExecutor([calculator, fail, slow_sync, slow_async, nap, big])
 SMALL = ToolExecutor([big], max_output_chars=50)
 
 
@@ -143,37 +160,86 @@ def test_user_message_attribute_opt_in() -> None:
 
 @pytest.mark.parametrize("name", ["slow_sync", "slow_async"])
 def test_timeout(name: str) -> None:
-    start = time.perf_counter()
-    (result,) = EX.execute(calls((name, {"seconds": 2.0})))
-    elapsed = time.perf_counter() - start
+    SLOW.reset()
+    (result,) = EX.execute(calls((name, {"seconds": 30.0})))
     assert result == ToolResult(
         call_id="call_0",
         name=name,
         content=f"Error: tool '{name}' timed out after 0.1 s",
         error_kind="timeout",
     )
-    # The blocked worker thread must not hold up execute() (asyncio.run would
-    # join default-executor threads on shutdown): 0.1 s, far below the tool's 2 s.
-    assert elapsed < 1.5
+    if name == "slow_sync":
+        # execute() returned while the tool's thread still waits: it did not join the thread (as
+        # asyncio.run does with default-executor threads on shutdown), which would have taken 30 s.
+        assert SLOW.events == ["started"]
+        SLOW.release.set()
+        assert SLOW.done.wait(30)  # the abandoned thread still finishes, its result discarded
+        assert SLOW.events == ["started", "released"]
+    else:
+        assert SLOW.events == ["started", "cancelled"]
+
+
+class Rendezvous:
+    """Calls that each wait until ``parties`` of them run at once: they all return only if they ran
+    concurrently (one after another, the first waits ``timeout_s`` for the others and fails)."""
+
+    def __init__(self, parties: int, timeout_s: float = 5.0) -> None:
+        self.parties, self.timeout_s = parties, timeout_s
+        self.lock = threading.Lock()
+        self.running = self.peak = 0
+
+    def enter(self) -> None:
+        with self.lock:
+            self.running += 1
+            self.peak = max(self.peak, self.running)
+
+    def exit(self) -> None:
+        with self.lock:
+            self.running -= 1
 
 
 def test_async_tool_and_concurrency() -> None:
-    start = time.perf_counter()
-    results = EX.execute(calls(("nap", {"tag": "a"}), ("nap", {"tag": "b"}), ("nap", {"tag": "c"})))
-    # three 0.4 s naps: 1.2 s one after another; the bound leaves room for a loaded machine
-    assert time.perf_counter() - start < 0.9
+    meet = Rendezvous(3)
+    all_in: list[asyncio.Event] = []  # made on the executor's loop by the first call
+
+    @tool
+    async def nap_together(tag: str) -> str:
+        if not all_in:
+            all_in.append(asyncio.Event())
+        meet.enter()
+        try:
+            if meet.running == meet.parties:
+                all_in[0].set()
+            await asyncio.wait_for(all_in[0].wait(), meet.timeout_s)
+            return tag
+        finally:
+            meet.exit()
+
+    results = ToolExecutor([nap_together]).execute(calls(*(("nap_together", {"tag": t}) for t in "abc")))
     assert [(r.call_id, r.content) for r in results] == [
         ("call_0", "a"),
         ("call_1", "b"),
         ("call_2", "c"),
     ]
+    assert (meet.peak, meet.running) == (3, 0)
 
 
 def test_sync_tools_run_concurrently_in_threads() -> None:
-    start = time.perf_counter()
-    results = EX.execute(calls(*(("sync_nap", {"tag": t}) for t in "abc")))
-    assert time.perf_counter() - start < 0.9  # 1.2 s if the threads ran one after another
+    meet = Rendezvous(3)
+    barrier = threading.Barrier(meet.parties, timeout=meet.timeout_s)
+
+    @tool
+    def sync_nap_together(tag: str) -> str:
+        meet.enter()
+        try:
+            barrier.wait()  # BrokenBarrierError unless all three threads are here at once
+            return tag
+        finally:
+            meet.exit()
+
+    results = ToolExecutor([sync_nap_together]).execute(calls(*(("sync_nap_together", {"tag": t}) for t in "abc")))
     assert [r.content for r in results] == ["a", "b", "c"]
+    assert (meet.peak, meet.running) == (3, 0)
 
 
 def test_truncation_marker() -> None:

@@ -11,7 +11,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import zipfile
 from pathlib import Path
 
@@ -92,11 +91,8 @@ def test_license_and_notice_are_packaged() -> None:
 @pytest.mark.parametrize(("split", "first_question", "first_answer"), [("train", "Natalia sold clips", "72"), ("test", "Janet’s ducks", "18")])
 def test_default_is_the_packaged_copy(split: str, first_question: str, first_answer: str, no_env_var: None) -> None:
     gsm8k_data._load_packaged_cached.cache_clear()
-    start = time.perf_counter()
-    tasks = load_gsm8k(split)
-    elapsed = time.perf_counter() - start
+    tasks = load_gsm8k(split)  # its speed: benchmarks/gsm8k_load.py
     assert len(tasks) == UPSTREAM[split][0]
-    assert elapsed < 1.0, f"loading the packaged {split} split took {elapsed:.3f}s"
     assert tasks[0].id == f"{split}-0" and tasks[-1].id == f"{split}-{len(tasks) - 1}"
     assert tasks[0].question.startswith(first_question) and tasks[0].answer == first_answer
     assert all(t.solution.rsplit("####", 1)[1].strip() == t.answer for t in tasks)

@@ -144,22 +144,27 @@ def test_garbage_text_never_raises(env):
 
 
 def test_async_steps_of_many_episodes_overlap(tokenizer):
+    """All 8 steps are in flight at once: a step that blocked the event loop while its sandboxed code
+    slept would finish before the next episode's step began, and the count would never pass 1."""
     envs = [gym.make(ENV_ID, tokenizer=tokenizer, split="test", sandbox=SANDBOX).unwrapped for _ in range(8)]
+    in_flight = {"now": 0, "peak": 0}
 
     async def episode(e):
         e.reset(seed=0)
-        obs, *_ = await e.astep(act(e, py("import time\ntime.sleep(0.3)\nprint('slept')")))
+        in_flight["now"] += 1
+        in_flight["peak"] = max(in_flight["peak"], in_flight["now"])
+        try:
+            obs, *_ = await e.astep(act(e, py("import time\ntime.sleep(0.3)\nprint('slept')")))
+        finally:
+            in_flight["now"] -= 1
         return obs["messages"][-1]["content"]
 
     async def main():
-        import time
+        return await asyncio.gather(*(episode(e) for e in envs))
 
-        t0 = time.perf_counter()
-        out = await asyncio.gather(*(episode(e) for e in envs))
-        return out, time.perf_counter() - t0
-
-    out, elapsed = asyncio.run(main())
-    assert out == ["slept"] * 8 and elapsed < 2.0
+    out = asyncio.run(main())
+    assert out == ["slept"] * 8
+    assert in_flight == {"now": 0, "peak": 8}
     for e in envs:
         e.close()
 
