@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The OpenEnv adapter's CI: install trainers/openenv (and openenv-core) into the active virtualenv, then
-# run its tests (a real `agent-gym serve` subprocess on localhost, driven by openenv-core's clients).
+# run its tests (a real `agent-gym serve` subprocess on localhost, driven by openenv-core's clients) and
+# the code blocks of docs/openenv.md.
 #
 #   . .venv/bin/activate && bash .ci/openenv.sh      # from the repository root, after the README install
 #
@@ -25,4 +26,7 @@ if ! python -m pip freeze | grep -iE '^(torch|transformers|tokenizers|numpy)==' 
   exit 1
 fi
 python -m pytest trainers/openenv/tests -q
+# docs/openenv.md's examples, each against the serve command the page gives it (tests/doc_blocks.py);
+# the main suite skips them, as its virtualenv has no openenv-core then.
+AGENT_GYM_DOC_BLOCKS_NO_SKIP=1 python -m pytest tests/test_doc_blocks.py -q -k docs/openenv.md
 echo "openenv CI: $(( $(date +%s) - start )) s"
