@@ -19,6 +19,11 @@ from ._libc import CLONE_NEWNET, PR_SET_CHILD_SUBREAPER, get_libc, unshare
 from ._root import build_root, claim_uid_block, python_paths
 from ._seccomp import AUDIT_ARCH, Seccomp, seccomp_works
 
+# The server imports only what it uses, and not typing: its names are for the type checker alone.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 
 class Isolation:
     """What start-up put in force for this server process (read by every worker it forks)."""
@@ -26,7 +31,7 @@ class Isolation:
     def __init__(self, cfg: dict):
         self.cfg = cfg
         self.pid = os.getpid()
-        self.iso = {
+        self.iso: dict[str, Any] = {
             "root": os.geteuid() == 0, "setuid": False, "chroot": False, "netns": False, "seccomp": False,
             "audit_hook": bool(cfg["audit_hook"]), "arch": os.uname().machine, "uid_range": None,
         }

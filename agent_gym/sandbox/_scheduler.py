@@ -65,7 +65,7 @@ class Server:
         self.sel = selectors.DefaultSelector()
         self.pool = Pool(self.host, self.sel)
         self.sessions: dict[str, Session] = {}
-        self.pending: list = []  # jobs and sessions waiting for a free worker slot
+        self.pending: list[Job | Session] = []  # jobs and sessions waiting for a free worker slot
         self.timers: list[tuple[float, int, int]] = []  # (deadline, pid, job id)
         self.busy_count = 0
         self.last_call_end = 0.0  # when busy_count last fell to 0 (the "quiet" refill waits after it)

@@ -51,7 +51,7 @@ def _errno_action(e: int) -> int:
 def seccomp_program(arch: str, pid: int) -> list[tuple[int, int, int, int]]:
     """The worker's filter as (code, jt, jf, k) instructions (see the module docstring)."""
     col = 0 if arch == "x86_64" else 1
-    nr = {name: nums[col] for name, nums in _SYSCALLS.items() if nums[col] is not None}
+    nr: dict[str, int] = {name: num for name, nums in _SYSCALLS.items() if (num := nums[col]) is not None}
     eperm, eacces = _errno_action(errno.EPERM), _errno_action(errno.EACCES)
     p: list[tuple[int, int, int, int]] = [
         (_LD_W_ABS, 0, 0, 4),  # arch
@@ -94,7 +94,8 @@ class Seccomp:
     """The filter compiled once in the server; a worker only patches in its pid and installs it."""
 
     def __init__(self, arch: str):
-        ctypes, self.libc = get_libc()
+        _, self.libc = get_libc()
+        import ctypes  # loaded by get_libc: a lookup in sys.modules, here in the server
         prog = seccomp_program(arch, _PID_MARK)
         self.raw = bytearray(b"".join(struct.pack("HBBI", *ins) for ins in prog))
         self.pid_offsets = [i * 8 + 4 for i, ins in enumerate(prog) if ins[3] == _PID_MARK]

@@ -30,6 +30,11 @@ from ._isolation import Isolation
 from ._libc import PR_SET_CHILD_SUBREAPER, PR_SET_PDEATHSIG, get_libc
 from ._wire import HEADER, frame, read_exact, write_all
 
+# The server imports only what it uses, and not typing: its names are for the type checker alone.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 # Tracebacks of the code start below the frames of this file (see Worker._tb).
 _WORKER_FILE = os.path.abspath(__file__)
 
@@ -63,11 +68,11 @@ class _Output(io.TextIOBase):
         self.truncated = False
 
     @property
-    def encoding(self):  # type: ignore[override]
+    def encoding(self):
         return "utf-8"
 
     @property
-    def errors(self):  # type: ignore[override]
+    def errors(self):
         return "replace"
 
     def writable(self) -> bool:
@@ -203,7 +208,7 @@ class Worker:
     def run_job(self, job: dict) -> bytes:
         pid = os.getpid()
         self.out.reset()
-        result = {"kind": "ok", "error": None, "traceback": None, "detail": None}
+        result: dict[str, Any] = {"kind": "ok", "error": None, "traceback": None, "detail": None}
         g = self.globals
         if g is None:
             g, error = self._start_globals(job)
@@ -315,8 +320,8 @@ class Worker:
     def _compile(code: str, filename: str, echo: bool):
         tree = ast.parse(code, filename, "exec")
         last = None
-        if echo and tree.body and isinstance(tree.body[-1], ast.Expr):
-            expr = tree.body.pop()
+        if echo and tree.body and isinstance(expr := tree.body[-1], ast.Expr):
+            tree.body.pop()
             last = compile(ast.Expression(expr.value), filename, "eval")
         return compile(tree, filename, "exec"), last
 

@@ -54,8 +54,8 @@ _STAGE_MARKS = ("t_recv", "t_dispatch", "t_exec0", "t_exec1", "t_done")
 
 def _stages(msg: dict[str, Any], t_submit: float, t_delivered: float) -> dict[str, float] | None:
     """``SandboxResult.stages`` from the server's timestamps (the same monotonic clock as ours)."""
-    marks = [msg.get(k) for k in _STAGE_MARKS]
-    if not all(isinstance(m, (int, float)) and m > 0 for m in marks):
+    marks: list[float] = [m for k in _STAGE_MARKS if isinstance(m := msg.get(k), (int, float)) and m > 0]
+    if len(marks) != len(_STAGE_MARKS):
         return None
     recv, dispatch, exec0, exec1, done = marks
     return {"to_server": recv - t_submit, "queued": dispatch - recv, "to_worker": exec0 - dispatch,
@@ -203,7 +203,8 @@ class _Connection:
 
     def _deliver(self, msg: dict[str, Any]) -> None:
         with self.lock:
-            entry = self.futures.pop(msg.get("id"), None)
+            call_id = msg.get("id")
+            entry = self.futures.pop(call_id, None) if call_id is not None else None
         if entry is None:
             return
         future, t_submit, _ = entry
