@@ -97,7 +97,9 @@ class ParsedResponse:
 class ToolCallParser(Protocol):
     """Interface of a tool-call format (:class:`BaseToolCallParser` implements ``describe_tools``)."""
 
-    name: str
+    @property
+    def name(self) -> str:  # read-only: BaseToolCallParser's is a class attribute
+        ...
 
     def parse(self, text: str) -> ParsedResponse:
         """Split assistant text into content, calls and errors; never raises."""
@@ -196,6 +198,7 @@ class TaggedBlockParser(BaseToolCallParser):
 
     OPEN: ClassVar[str] = "<tool_call>"
     CLOSE: ClassVar[str] = "</tool_call>"
+    _TAG_RE: ClassVar[re.Pattern[str]]  # set per subclass, from its OPEN and CLOSE
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -429,11 +432,10 @@ def get_parser(name: str | ToolCallParser, tools: Sequence[Mapping[str, Any]] = 
         getattr(name, "format_calls", None)
     ):
         return name
-    try:
-        factory = PARSERS[name]
-    except (KeyError, TypeError):
+    if not isinstance(name, str) or name not in PARSERS:
         known = ", ".join(sorted(PARSERS))
-        raise ValueError(f"unknown tool-call format {name!r}; known: {known}") from None
+        raise ValueError(f"unknown tool-call format {name!r}; known: {known}")
+    factory = PARSERS[name]
     return factory(tools=list(tools)) if _accepts_tools(factory) else factory()
 
 

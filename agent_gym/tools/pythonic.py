@@ -31,7 +31,7 @@ import math
 import re
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from agent_gym.tools.parsing import (
     BaseToolCallParser,
@@ -189,7 +189,7 @@ class PythonicParser(BaseToolCallParser):
         ValueError: a tool or argument name is not a Python identifier.
     """
 
-    name = "pythonic"
+    name: ClassVar[str] = "pythonic"  # annotated: parsing.py reads it while the two modules import each other
 
     def __init__(self, tools: Sequence[Mapping[str, Any]] = ()) -> None:
         super().__init__(tools)
@@ -248,6 +248,7 @@ class PythonicParser(BaseToolCallParser):
         pieces: list[str] = []
         values: dict[str, str] = {}
         cursor = start
+        placeholder = ""  # the name of the last literal, extended by the adjacent ones after it
         for s_start, s_end in scan.strings:
             value = _decode_string(text[s_start:s_end])
             if values and not text[cursor:s_start].strip():
@@ -304,9 +305,10 @@ class PythonicParser(BaseToolCallParser):
             isinstance(node, ast.UnaryOp)
             and isinstance(node.op, (ast.USub, ast.UAdd))
             and isinstance(node.operand, ast.Constant)
-            and type(node.operand.value) in (int, float)
+            and isinstance(number := node.operand.value, (int, float))
+            and not isinstance(number, bool)
         ):
-            return -node.operand.value if isinstance(node.op, ast.USub) else node.operand.value
+            return -number if isinstance(node.op, ast.USub) else number
         if isinstance(node, (ast.List, ast.Tuple)):
             return [self._literal(e, strings, tool, arg) for e in node.elts]
         if isinstance(node, ast.Dict):

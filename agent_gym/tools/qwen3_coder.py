@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from agent_gym.tools.parsing import TaggedBlockParser, ToolCall, _Malformed, call_parts, function_of
 
@@ -68,7 +68,8 @@ def schema_types(schema: Any) -> set[str]:
             for member in members:
                 found |= schema_types(member)
     if not found:
-        values = schema.get("enum") if isinstance(schema.get("enum"), list) else []
+        enum = schema.get("enum")
+        values: list[Any] = enum if isinstance(enum, list) else []
         values = [*values, schema["const"]] if "const" in schema else values
         found.update(_json_type_of(v) for v in values)
     if not found and ("$ref" in schema or "properties" in schema):
@@ -105,7 +106,7 @@ class Qwen3CoderParser(TaggedBlockParser):
     parameters with their types) in ``<tools></tools>`` tags (:meth:`describe_tools`).
     """
 
-    name = "qwen3_coder"
+    name: ClassVar[str] = "qwen3_coder"  # annotated: parsing.py reads it while the two modules import each other
 
     def __init__(self, tools: Sequence[Mapping[str, Any]] = ()) -> None:
         super().__init__(tools)
