@@ -433,3 +433,36 @@ def _algo_config(estimator):
     from verl.utils.config import omega_conf_to_dataclass
 
     return omega_conf_to_dataclass(OmegaConf.create({"_target_": "verl.trainer.config.AlgoConfig", "adv_estimator": estimator}), AlgoConfig)
+
+
+def test_a_concat_episode_that_ends_on_empty_actions_keeps_its_reward_on_a_trained_token(model_dir, verl_tokenizer, tmp_path):
+    """Concat mode, FrozenLake with invalid_action_penalty=0.5, turns: a move, empty, empty (return -1.0).
+    verl puts a row's score on its last response id, and its GAE and REINFORCE++ skip every reward on an
+    id outside response_mask. So the sample ends at its last policy id (the env replies the policy answered
+    with nothing carry no loss and condition no trained id): the score lands on the move's last id, and
+    verl's own estimators give each of the move's ids the whole return."""
+    kwargs = {"max_turns": 3, "invalid_action_penalty": 0.5}
+    parquet = str(export_env("AgentR1/FrozenLake-v0", "test", tmp_path / "data", mode="concat", limit=1, env_kwargs=kwargs))
+    cfg = verl_config(model_dir)
+    move = verl_tokenizer.encode("<action>left</action><|im_end|>", add_special_tokens=False)
+    al._ENV_POOL.clear()
+    server = _TurnsServer([move, [], []])
+    worker = compat.make_agent_loop_worker(cfg, server)
+    out = _run(worker, dataset_batch(cfg, parquet, worker.tokenizer, rows=[0]))
+    assert server.calls == 3 and float(out.batch["rm_scores"].sum()) == pytest.approx(-1.0)
+    row = _unpad(out, 0)
+    assert (row["response"], row["mask"], row["logprobs"]) == (move, [1] * len(move), [-0.25] * len(move))
+    assert row["rm_scores"] == [0.0] * (len(move) - 1) + [-1.0]
+
+    base = compat.ray_trainer_module().compute_advantage
+    policy = out.batch["response_mask"].bool()
+    for estimator in ("gae", "reinforce_plus_plus", "grpo"):
+        data = out.select(batch_keys=["responses", "response_mask", "attention_mask", "rm_scores"], deepcopy=True)
+        data.non_tensor_batch["uid"] = np.asarray(["u"], dtype=object)
+        data.batch["token_level_rewards"] = data.batch["rm_scores"].clone()
+        data.batch["values"] = torch.zeros_like(data.batch["token_level_rewards"])
+        data = base(data, adv_estimator=estimator, gamma=1.0, lam=1.0, config=_algo_config(estimator))
+        # GRPO sums a row's rewards wherever they sit (a group of one: the advantage is the return);
+        # GAE and REINFORCE++ carry only rewards on policy ids back to the earlier ids.
+        key = "advantages" if estimator == "grpo" else "returns"
+        assert data.batch[key][policy].tolist() == pytest.approx([-1.0] * len(move), abs=1e-5), estimator

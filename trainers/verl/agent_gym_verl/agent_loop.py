@@ -6,7 +6,9 @@ Two loops are registered (and listed in :data:`agent_gym_verl.AGENT_LOOP_CONFIG`
 ``agent_gym`` (concat mode, :class:`AgentGymAgentLoop`)
     One sample per trajectory: prompt = the first observation's ``prompt_ids``; response = everything
     after it (the policy's tokens with ``response_mask`` 1, the env's appended turns with 0, log-probs
-    0.0 on env tokens), cut at ``rollout.response_length``. Runs with stock verl. An env that rewrites
+    0.0 on env tokens), cut at ``rollout.response_length``. An episode whose last action is empty ends
+    its sample at its last policy token, where verl then puts the score (GAE and REINFORCE++ ignore a
+    reward on an env token). Runs with stock verl. An env that rewrites
     its context (``info["new_segment"]``) cannot be concatenated: that raises :class:`ConcatModeError`.
 
 ``agent_gym_step`` (step mode, :class:`AgentGymStepAgentLoop`)
@@ -361,6 +363,15 @@ class AgentGymAgentLoop(compat.AgentLoopBase):
             response, mask = sample.response_ids, sample.response_mask
             # [] (not None) for an empty response: verl stacks log-probs only if every row has them.
             logprobs = sample.response_logprobs
+            if not trajectory.steps[-1].response_ids and any(mask):
+                # The episode ended on empty actions, so the sample would end with the env replies they
+                # answered. verl puts the score on the last response id, and its GAE and REINFORCE++ skip
+                # rewards outside response_mask: the whole return would be lost. Those ids carry no loss
+                # and no trained id follows them, so the sample ends at its last policy id instead.
+                end = max(i for i, m in enumerate(mask) if m) + 1
+                response, mask = response[:end], mask[:end]
+                if logprobs is not None:
+                    logprobs = logprobs[:end]
             if len(response) > self.response_length:
                 truncated_reason = truncated_reason or "response_length"
                 response, mask = response[: self.response_length], mask[: self.response_length]
