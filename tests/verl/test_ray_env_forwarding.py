@@ -10,7 +10,7 @@ pytest.importorskip("verl")
 
 import verl.trainer.main_ppo as verl_main  # noqa: E402
 
-from agent_gym_verl import compat  # noqa: E402
+from agent_gym_verl import compat, patches  # noqa: E402
 
 
 def test_the_hook_variable_is_in_the_jobs_runtime_env(monkeypatch):
@@ -21,8 +21,8 @@ def test_the_hook_variable_is_in_the_jobs_runtime_env(monkeypatch):
     unwrapped = verls()
     assert "VERL_USE_EXTERNAL_MODULES" not in unwrapped.get("env_vars", {})  # what verl alone gives the job
 
-    compat.forward_env_to_ray_workers()
-    compat.forward_env_to_ray_workers()  # idempotent: one wrapper, over verl's own function
+    patches.forward_env_to_ray_workers()
+    patches.forward_env_to_ray_workers()  # idempotent: one wrapper, over verl's own function
     assert verl_main._agent_gym_original_get_ppo_ray_runtime_env is verls
     runtime_env = verl_main.get_ppo_ray_runtime_env()
     assert runtime_env["env_vars"].pop("VERL_USE_EXTERNAL_MODULES") == "agent_gym_verl.fast_logprobs"
@@ -38,7 +38,7 @@ def test_the_file_loggers_path_reaches_the_task_runner_absolute(monkeypatch, tmp
     monkeypatch.setattr(verl_main, "get_ppo_ray_runtime_env", verl_main.get_ppo_ray_runtime_env)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("VERL_FILE_LOGGER_PATH", "runs/metrics.jsonl")
-    compat.forward_env_to_ray_workers()
+    patches.forward_env_to_ray_workers()
     env_vars = verl_main.get_ppo_ray_runtime_env()["env_vars"]
     assert env_vars["VERL_FILE_LOGGER_PATH"] == str(tmp_path / "runs" / "metrics.jsonl")
 

@@ -311,12 +311,12 @@ def test_main_ppo_runs_verl_task_runner_with_the_agent_gym_trainer_in_a_ray_acto
     import cloudpickle
     import ray
 
-    from agent_gym_verl import main_ppo
+    from agent_gym_verl import main_ppo, patches
 
     module = compat.task_runner_module()
     before = module.TaskRunner
     try:
-        main_ppo.install()
+        patches.install("driver")
         installed = module.TaskRunner
         assert main_ppo._plain_class(installed) is main_ppo.AgentGymTaskRunner
         blob = cloudpickle.dumps(main_ppo.AgentGymTaskRunner)

@@ -1,7 +1,7 @@
 """verl's actors build their model with trl 1.x installed beside verl (the TRL adapter's trl).
 
 verl's ``apply_monkey_patch`` imports trl's ``AutoModelForCausalLMWithValueHead`` whenever trl is
-importable; trl 1.x has none, so without ``agent_gym_verl.compat.guard_trl_value_head_patch`` the FSDP
+importable; trl 1.x has none, so without ``agent_gym_verl.patches.guard_trl_value_head_patch`` the FSDP
 actors of a run fail at start-up (seen on an H200 with verl 0.9.1 + trl 1.16.0). Runs against the real
 verl and the real trl of the verl 0.9 CI virtualenv; skipped where trl is not installed (verl 0.7.0's pins,
 datasets < 4.1, exclude trl 1.x).
@@ -39,9 +39,9 @@ def tiny_llama():
 def test_verl_builds_its_model_beside_trl_once_guarded(verl_check):
     from verl.utils import import_utils
 
-    from agent_gym_verl import compat
+    from agent_gym_verl import compat, patches
 
-    compat.guard_trl_value_head_patch()  # keeps verl's own check (whether or not the hook ran already)
+    patches.guard_trl_value_head_patch()  # keeps verl's own check (whether or not the hook ran already)
     is_trl_available = import_utils.verl_is_trl_available
 
     has_class = compat.trl_has_value_head_model()
@@ -53,7 +53,7 @@ def test_verl_builds_its_model_beside_trl_once_guarded(verl_check):
     with pytest.raises(ImportError, match="AutoModelForCausalLMWithValueHead"):
         verl_check.apply_monkey_patch(tiny_llama(), use_remove_padding=False)
 
-    compat.guard_trl_value_head_patch()
+    patches.guard_trl_value_head_patch()
     # both the module that binds the name at import and verl's own definition (for later importers)
     assert verl_check.is_trl_available is compat.trl_has_value_head_model
     assert import_utils.is_trl_available is compat.trl_has_value_head_model
@@ -75,13 +75,13 @@ def test_the_worker_hook_applies_the_guard(verl_check):
 
 def test_the_hook_guards_from_inside_import_verl():
     """In a fresh process, as in a Ray worker: ``import verl`` runs the hook, which guards before verl's model
-    code is imported, and importing the adapter's compat module first works as well (no import cycle)."""
+    code is imported, and importing the adapter's compat or patches module first works as well (no import cycle)."""
     import os
     import subprocess
     import sys
 
     env = {**os.environ, "VERL_USE_EXTERNAL_MODULES": "agent_gym_verl.fast_logprobs"}
-    for first in ("import verl", "import agent_gym_verl.compat"):
+    for first in ("import verl", "import agent_gym_verl.compat", "import agent_gym_verl.patches"):
         code = (f"{first}\nfrom verl.models.transformers import monkey_patch\n"
                 "print(monkey_patch.is_trl_available.__module__, monkey_patch.is_trl_available())")
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)

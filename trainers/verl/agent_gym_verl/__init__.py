@@ -6,7 +6,10 @@
 - :mod:`agent_gym_verl.trainer` / :mod:`agent_gym_verl.main_ppo`: the small trainer extension step mode
   needs (``python -m agent_gym_verl.main_ppo`` takes verl's usual hydra options);
 - :mod:`agent_gym_verl.export`: any env's task source to verl's parquet format;
-- :mod:`agent_gym_verl.compat`: every difference between verl 0.7.x and 0.9.x.
+- :mod:`agent_gym_verl.compat`: every difference between verl 0.7.x and 0.9.x;
+- :mod:`agent_gym_verl.patches`: every change the adapter makes to verl's own objects (a table of them),
+  installed by ``patches.install()``; :mod:`agent_gym_verl.fast_logprobs` installs the part every verl
+  process needs, from verl's ``VERL_USE_EXTERNAL_MODULES`` hook.
 
 Importing this package does not import verl; the submodules above do.
 """

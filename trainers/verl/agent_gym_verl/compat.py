@@ -1,7 +1,8 @@
 """Everything that differs between verl 0.7.x and 0.9.x, in one place.
 
-The rest of the adapter imports verl only through this module. What differs (read from the installed
-sources of verl 0.7.0 and 0.9.1):
+The rest of the adapter imports verl only through this module, and changes verl's own objects only
+through :mod:`agent_gym_verl.patches` (whose tables list every such change). What differs (read from the
+installed sources of verl 0.7.0 and 0.9.1):
 
 ==============================  =====================================  ======================================
 what                            verl 0.7.0                             verl 0.9.1
@@ -30,19 +31,16 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import sys
 import warnings
 from importlib.metadata import version as _dist_version
 from typing import Any
 
 # -- verl beside trl 1.x -----------------------------------------------------------------------------
-# verl's ``apply_monkey_patch`` (0.7.0 and 0.9.1 alike), which every FSDP actor runs on its model,
-# imports trl's ``AutoModelForCausalLMWithValueHead`` whenever ``trl`` is importable, to patch that
-# class's ``state_dict``. trl 1.x has no such class (neither ``trl`` nor ``trl.experimental.ppo``), so
-# with the TRL adapter (trl 1.14-1.16) installed beside verl every actor fails to build its model with
-# an ImportError (seen with verl 0.9.1 + trl 1.16.0 on an H200). The patch only matters for trl's
-# value-head models, which a trl without the class cannot make: the check the monkey-patch module sees
-# is narrowed to "trl has the class".
+# verl's ``apply_monkey_patch`` imports trl's ``AutoModelForCausalLMWithValueHead`` whenever ``trl`` is
+# importable; trl 1.x has no such class. ``agent_gym_verl.patches`` (rows 2-3) puts this narrower check
+# in place of verl's. It is defined before this module's verl imports: when this module is the first to
+# import verl, verl's ``VERL_USE_EXTERNAL_MODULES`` hook installs that patch from inside ``import verl``,
+# while this module is half-imported, and finds the check here already.
 
 
 def trl_has_value_head_model() -> bool:
@@ -59,28 +57,6 @@ def trl_has_value_head_model() -> bool:
         if hasattr(module, "AutoModelForCausalLMWithValueHead"):
             return True
     return False
-
-
-def guard_trl_value_head_patch() -> None:
-    """Make verl patch trl's value-head class only where trl has one.
-
-    Replaces ``verl.utils.import_utils.is_trl_available`` (which ``verl.models.transformers.monkey_patch``
-    and ``verl.utils.model`` import by name; verl's own stays there as ``verl_is_trl_available``) and, if
-    ``monkey_patch`` is imported already, its copy.
-    Idempotent. Applied in every verl process by :mod:`agent_gym_verl.fast_logprobs`, the module the run
-    scripts load through ``VERL_USE_EXTERNAL_MODULES``, which ``import verl`` imports before verl's model
-    code (with that variable empty, keep trl 1.x out of verl's environment). Defined before this module's
-    own verl imports and touching only ``verl.utils.import_utils``, so it also works from inside
-    ``import verl``, which is where that hook runs it.
-    """
-    from verl.utils import import_utils
-
-    if not hasattr(import_utils, "verl_is_trl_available"):  # verl's own check, kept once
-        import_utils.verl_is_trl_available = import_utils.is_trl_available
-    import_utils.is_trl_available = trl_has_value_head_model
-    loaded = sys.modules.get("verl.models.transformers.monkey_patch")
-    if loaded is not None:
-        loaded.is_trl_available = trl_has_value_head_model
 
 
 from verl import DataProto  # noqa: F401  (re-exported)
@@ -113,6 +89,7 @@ __all__ = [
     "ray_trainer_module",
     "estimator_names",
     "registered_estimator_fn",
+    "trl_has_value_head_model",
 ]
 
 VERL_VERSION: str = _dist_version("verl")
@@ -219,40 +196,3 @@ def estimator_names() -> list[str]:
 def registered_estimator_fn(name: str) -> Any:
     """verl's advantage function registered under ``name``."""
     return core_algos.get_adv_estimator_fn(name)
-
-
-
-# -- the driver's hook variable, on every Ray worker ---------------------------------------------------
-# verl's ``run_ppo`` gives the Ray job a runtime_env from ``verl.trainer.constants_ppo.
-# get_ppo_ray_runtime_env`` (a module global of ``verl.trainer.main_ppo`` in 0.7.0 and 0.9.1), whose
-# env_vars leave out what the launching shell sets: a cluster that ``ray.init`` starts inherits the
-# driver's environment anyway. Workers of a cluster started with ``ray start`` do not, so the hook the run
-# scripts export (VERL_USE_EXTERNAL_MODULES) never ran there (seen on an H200: verl's per-token log-prob
-# loop, a 106 s actor update), and verl's file logger, which runs in the TaskRunner actor, ignored
-# VERL_FILE_LOGGER_PATH and wrote ./<project_name>/<experiment_name>.jsonl instead. The wrapper adds the
-# driver's value of each forwarded variable; a path is made absolute against the driver's directory.
-
-#: variables the driver hands to every worker of the job when it has them set (and non-empty)
-FORWARDED_ENV_VARS = ("VERL_USE_EXTERNAL_MODULES", "VERL_FILE_LOGGER_PATH")
-_FORWARDED_PATHS = frozenset({"VERL_FILE_LOGGER_PATH"})
-
-
-def forward_env_to_ray_workers() -> None:
-    """Wrap ``verl.trainer.main_ppo.get_ppo_ray_runtime_env`` so the job's ``env_vars`` carry the driver's
-    :data:`FORWARDED_ENV_VARS` (idempotent; read when verl calls it, right before ``ray.init``)."""
-    import os
-
-    module = importlib.import_module("verl.trainer.main_ppo")
-    original = getattr(module, "_agent_gym_original_get_ppo_ray_runtime_env", module.get_ppo_ray_runtime_env)
-    module._agent_gym_original_get_ppo_ray_runtime_env = original
-
-    def get_ppo_ray_runtime_env(*args: Any, **kwargs: Any) -> dict[str, Any]:
-        runtime_env = original(*args, **kwargs)
-        for name in FORWARDED_ENV_VARS:
-            value = os.environ.get(name)
-            if value:
-                runtime_env.setdefault("env_vars", {})[name] = (
-                    os.path.abspath(os.path.expanduser(value)) if name in _FORWARDED_PATHS else value)
-        return runtime_env
-
-    module.get_ppo_ray_runtime_env = get_ppo_ray_runtime_env

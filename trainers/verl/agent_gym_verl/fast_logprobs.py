@@ -17,11 +17,11 @@ it names on ``import verl``::
     export VERL_USE_EXTERNAL_MODULES=agent_gym_verl.fast_logprobs   # comma-separated, with your own modules
 
 (the run scripts in ``examples/`` do). ``agent_gym_verl.main_ppo`` puts the driver's value into the Ray
-job's ``runtime_env`` (:func:`agent_gym_verl.compat.forward_env_to_ray_workers`), so workers get it on a
+job's ``runtime_env`` (:func:`agent_gym_verl.patches.forward_env_to_ray_workers`), so workers get it on a
 cluster started with ``ray start`` too; under stock ``verl.trainer.main_ppo``, set it on every node.
-Importing this module patches ``verl.utils.torch_functional`` once; :data:`verl_logprobs_from_logits_v2`
-keeps verl's function. It also applies :func:`agent_gym_verl.compat.guard_trl_value_head_patch`, so that
-verl's actors build their models with trl 1.x installed beside verl (the TRL adapter's trl).
+Importing this module installs the ``worker`` part of :mod:`agent_gym_verl.patches`: this module's
+function in ``verl.utils.torch_functional`` (:data:`verl_logprobs_from_logits_v2` keeps verl's), and the
+guard that lets verl's actors build their models with trl 1.x installed beside verl (the TRL adapter's trl).
 """
 
 from __future__ import annotations
@@ -82,14 +82,11 @@ def active_implementation() -> str:
     return _tf.logprobs_from_logits_v2.__module__
 
 
+# The module every verl process imports (VERL_USE_EXTERNAL_MODULES) installs the patches that must be in
+# place in the workers; the function above is defined before, for patches to find in this half-imported module.
+from agent_gym_verl import patches as _patches  # noqa: E402
+
+_patches.install("worker")
+
 #: verl's own row-loop function, kept for comparison and tests.
-verl_logprobs_from_logits_v2 = getattr(_tf, "_agent_gym_original_logprobs_from_logits_v2", _tf.logprobs_from_logits_v2)
-_tf._agent_gym_original_logprobs_from_logits_v2 = verl_logprobs_from_logits_v2
-# verl's dispatcher (logprobs_from_logits) looks the name up as a module global at call time.
-_tf.logprobs_from_logits_v2 = chunked_logprobs_from_logits
-
-# The module every verl process imports (VERL_USE_EXTERNAL_MODULES) also carries the one other patch
-# that must be in place in the workers: verl beside trl 1.x (agent_gym_verl.compat).
-from agent_gym_verl import compat as _compat  # noqa: E402  (after the patch above, which needs no verl beyond torch_functional)
-
-_compat.guard_trl_value_head_patch()
+verl_logprobs_from_logits_v2 = _tf._agent_gym_original_logprobs_from_logits_v2

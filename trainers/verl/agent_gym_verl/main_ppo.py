@@ -4,11 +4,11 @@
 
 It is verl's own ``verl.trainer.main_ppo.main`` (same config, same validation, same Ray set-up); the
 only change is the ``TaskRunner`` it starts (:class:`AgentGymTaskRunner`): inside its Ray actor it
-runs verl's legacy ``TaskRunner`` with :func:`agent_gym_verl.trainer.agent_gym_trainer_class` in place
-of ``RayPPOTrainer``. That trainer marks the config (``agent_gym.step_trainer=True``) before it starts the
-agent-loop workers, so the step-mode agent loop refuses to run under any trainer that would not
-expand its rows. Concat mode needs none of
-this (stock ``python -m verl.trainer.main_ppo`` runs it); here it also gets the ``agent_gym/*`` env
+runs verl's legacy ``TaskRunner`` with :func:`agent_gym_verl.patches.agent_gym_trainer_class` in place
+of ``RayPPOTrainer`` (parts ``driver`` and ``runner`` of :mod:`agent_gym_verl.patches`). That trainer
+marks the config (``agent_gym.step_trainer=True``) before it starts the agent-loop workers, so the
+step-mode agent loop refuses to run under any trainer that would not expand its rows. Concat mode needs
+none of this (stock ``python -m verl.trainer.main_ppo`` runs it); here it also gets the ``agent_gym/*`` env
 metrics in the training log.
 
 verl 0.9.x: pass ``trainer.use_v1=False`` (the v1 trainer needs TransferQueue and has no such seam).
@@ -20,21 +20,11 @@ import importlib
 import sys
 from typing import Any
 
-from agent_gym_verl import compat
-
+from agent_gym_verl import compat, patches
+from agent_gym_verl.patches import plain_class as _plain_class  # noqa: F401  (verl 0.9's TaskRunner is an actor class)
 from agent_gym_verl.trainer import STEP_TRAINER_FLAG, check_engine_batch_sizes, step_sample_kind
 
-__all__ = ["AgentGymTaskRunner", "install", "main", "dry_run", "check_file_logger_folder", "STEP_TRAINER_FLAG"]
-
-
-def _plain_class(cls: Any) -> type:
-    """verl 0.9's ``TaskRunner`` is a Ray actor class; its Python class is ``__ray_actor_class__``."""
-    return getattr(cls, "__ray_actor_class__", cls)
-
-
-def _original_task_runner() -> type:
-    module = compat.task_runner_module()
-    return _plain_class(getattr(module, "_agent_gym_original_TaskRunner", module.TaskRunner))
+__all__ = ["AgentGymTaskRunner", "main", "dry_run", "check_file_logger_folder", "STEP_TRAINER_FLAG"]
 
 
 class AgentGymTaskRunner:
@@ -43,20 +33,18 @@ class AgentGymTaskRunner:
     Deliberately *not* a subclass of verl's ``TaskRunner``: Ray ships actor classes with cloudpickle,
     and a class (or base class) that is pickled by value gets private copies of its methods' globals,
     which no patch of verl's module reaches. Here nothing of verl is pickled: ``run`` executes in the
-    actor process, where verl's modules are imported normally, replaces ``RayPPOTrainer`` in the module
-    of verl's ``TaskRunner`` and then runs verl's own ``TaskRunner`` in-process.
+    actor process, where verl's modules are imported normally, installs the ``runner`` part of
+    :mod:`agent_gym_verl.patches` (``RayPPOTrainer`` in the module of verl's ``TaskRunner``) and then
+    runs verl's own ``TaskRunner`` in-process.
     """
 
     def _agent_gym_patch(self) -> tuple[type, Any]:
         """Install the agent-gym trainer in this process; returns verl's runner class and the trainer
         class its ``run`` will build."""
-        from agent_gym_verl import compat as _compat
-        from agent_gym_verl.main_ppo import _original_task_runner
-        from agent_gym_verl.trainer import agent_gym_trainer_class
+        from agent_gym_verl import patches as _patches
 
-        runner_cls = _original_task_runner()
-        trainer_cls = agent_gym_trainer_class(_compat.ray_trainer_module().RayPPOTrainer)
-        _compat.task_runner_module().RayPPOTrainer = trainer_cls
+        runner_cls = _patches.verl_task_runner()
+        _patches.install("runner")
         return runner_cls, runner_cls.run.__globals__["RayPPOTrainer"]
 
     def run(self, config: Any) -> Any:
@@ -64,19 +52,6 @@ class AgentGymTaskRunner:
         if not trainer_cls.__name__.startswith("AgentGym"):
             raise RuntimeError(f"agent_gym_verl: verl's TaskRunner would build {trainer_cls!r}, not the agent-gym trainer")
         return runner_cls().run(config)
-
-
-def install() -> None:
-    """Make verl's ``main`` start :class:`AgentGymTaskRunner` (idempotent)."""
-    module = compat.task_runner_module()
-    if not hasattr(module, "_agent_gym_original_TaskRunner"):
-        module._agent_gym_original_TaskRunner = module.TaskRunner
-    if compat.LEGACY_LAYOUT:
-        module.TaskRunner = AgentGymTaskRunner  # run_ppo wraps it with ray.remote(num_cpus=1)
-    else:
-        import ray
-
-        module.TaskRunner = ray.remote(num_cpus=1)(AgentGymTaskRunner)
 
 
 def _files_use_step_mode(files: Any) -> bool:
@@ -200,8 +175,8 @@ def main(argv: list[str] | None = None) -> None:
     if os.environ.get("AGENT_GYM_VERL_DRY_RUN"):
         dry_run(sys.argv[1:])
         return
-    install()
-    compat.forward_env_to_ray_workers()  # the fast_logprobs hook reaches workers of a `ray start` cluster too
+    # verl's main starts AgentGymTaskRunner, and the fast_logprobs hook reaches workers of a `ray start` cluster too
+    patches.install("driver")
     importlib.import_module("verl.trainer.main_ppo").main()
 
 

@@ -1,6 +1,7 @@
 """The small trainer extension step mode needs, without forking verl's trainer.
 
-:func:`agent_gym_trainer_class` subclasses verl's legacy ``RayPPOTrainer`` (0.7.x, and 0.9.x with
+:func:`agent_gym_trainer_class` (defined in :mod:`agent_gym_verl.patches`, rows 6-11 of its tables, with
+the helpers here) subclasses verl's legacy ``RayPPOTrainer`` (0.7.x, and 0.9.x with
 ``trainer.use_v1=False``) and touches two seams that both versions share:
 
 1. ``_balance_batch(batch, metrics)`` is the first thing ``fit`` does with the rollout batch after
@@ -34,19 +35,11 @@ import functools
 import logging
 import math
 import re
-from collections import Counter
 from typing import Any, Mapping
 
 from agent_gym_verl import compat
-from agent_gym_verl.step_advantage import (
-    check_estimator,
-    compute_step_advantage,
-    expand_step_batch,
-    is_expanded,
-    is_step_batch,
-    tool_call_validity,
-    trajectory_metrics,
-)
+from agent_gym_verl.patches import agent_gym_trainer_class
+from agent_gym_verl.step_advantage import compute_step_advantage, is_expanded, tool_call_validity
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +82,8 @@ def dataset_uses_step_mode(dataset: Any, default_agent_loop: str | None = None) 
 def step_aware_compute_advantage(base: Any) -> Any:
     """verl's ``compute_advantage`` (``base``), routing expanded step batches to step mode."""
 
-    @functools.wraps(base)
+    # verl's name and docstring, but its own module and qualified name (tracebacks show where it lives)
+    @functools.wraps(base, assigned=("__name__", "__doc__"))
     def compute_advantage(data: Any, *args: Any, **kwargs: Any) -> Any:
         if is_expanded(data):
             return compute_step_advantage(data, *args, base_compute_advantage=base, **kwargs)
@@ -198,82 +192,3 @@ def check_engine_batch_sizes(cfg: Any, *, step_mode: bool) -> None:
     log-prob passes unevenly). Called by the trainer at construction and by the dry run."""
     if not compat.LEGACY_LAYOUT and cfg.actor_rollout_ref.actor.get("strategy", "fsdp") in ("fsdp", "fsdp2"):
         check_micro_batches(cfg, step_mode=step_mode)
-
-
-@functools.lru_cache(maxsize=None)
-def agent_gym_trainer_class(base: type) -> type:
-    """A subclass of verl's ``RayPPOTrainer`` ``base`` with the step-mode hooks (see module docstring)."""
-
-    class AgentGymRayPPOTrainer(base):  # type: ignore[misc, valid-type]
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            cfg = self.config
-            default_loop = cfg.actor_rollout_ref.rollout.agent.get("default_agent_loop", None)
-            self._agent_gym_step_mode = dataset_uses_step_mode(getattr(self, "train_dataset", None), default_loop)
-            if self._agent_gym_step_mode:
-                check_estimator(cfg.algorithm.adv_estimator, cfg.algorithm)
-            check_engine_batch_sizes(cfg, step_mode=self._agent_gym_step_mode)
-            step_sample_kind(cfg)  # a bad agent_gym.samples fails here, not in the agent-loop workers
-            from omegaconf import open_dict
-
-            self._agent_gym_balance = bool(cfg.trainer.get("balance_batch", True))
-            with open_dict(cfg):
-                cfg.trainer.balance_batch = True  # our hook lives in _balance_batch
-                # Read by the step-mode agent loop (the workers get this config in init_workers):
-                # only a trainer that expands step rows may run it.
-                flags = dict(cfg.get(STEP_TRAINER_FLAG, None) or {})  # keeps agent_gym.samples
-                cfg[STEP_TRAINER_FLAG] = {**flags, "step_trainer": True}
-            logger.warning(
-                "agent_gym_verl: trainer extension active (step-mode rows in the train data: %s)", self._agent_gym_step_mode
-            )
-
-        def _balance_batch(self, batch: Any, metrics: dict, logging_prefix: str = "global_seqlen", keep_minibatch: bool = False):
-            metrics.update(trajectory_metrics(batch))
-            if is_step_batch(batch):
-                pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-                multiple = self._agent_gym_pad_multiple()
-                expanded, stats = expand_step_batch(batch, pad_token_id=pad_id, pad_to_multiple=multiple)
-                batch.batch = expanded.batch
-                batch.non_tensor_batch = expanded.non_tensor_batch
-                batch.meta_info.update(expanded.meta_info)
-                metrics.update(stats)
-            if not self._agent_gym_balance:
-                return None
-            return super()._balance_batch(batch, metrics, logging_prefix=logging_prefix, keep_minibatch=keep_minibatch)
-
-        def _validate(self, *args: Any, **kwargs: Any) -> Any:
-            metrics = super()._validate(*args, **kwargs)
-            merged = kwargs.get("merged", args[0] if args else False)  # verl 0.9: raw results, metrics later
-            if isinstance(metrics, dict) and not merged:
-                metrics.update(validation_metrics(metrics, self._agent_gym_val_episodes()))
-            return metrics
-
-        def _agent_gym_val_episodes(self) -> dict[str, int]:
-            """Validation episodes per data source: the val dataset's rows times ``val_kwargs.n``."""
-            frame = getattr(getattr(self, "val_dataset", None), "dataframe", None)
-            try:
-                sources = list(frame["data_source"])
-            except (TypeError, KeyError, ValueError):
-                return {}
-            n = int(self.config.actor_rollout_ref.rollout.val_kwargs.get("n", 1) or 1)
-            return {str(source): count * n for source, count in Counter(sources).items()}
-
-        def _agent_gym_pad_multiple(self) -> int:
-            """Row count the expanded batch is padded to a multiple of (see :func:`step_pad_multiple`)."""
-            return step_pad_multiple(
-                self.config,
-                int(self._get_dp_size(self.actor_rollout_wg, "actor")),
-                with_critic=bool(getattr(self, "use_critic", False)),
-            )
-
-        def fit(self) -> Any:
-            module = compat.ray_trainer_module()
-            original = module.compute_advantage
-            module.compute_advantage = step_aware_compute_advantage(original)
-            try:
-                return super().fit()
-            finally:
-                module.compute_advantage = original
-
-    AgentGymRayPPOTrainer.__name__ = AgentGymRayPPOTrainer.__qualname__ = f"AgentGym{base.__name__}"
-    return AgentGymRayPPOTrainer
