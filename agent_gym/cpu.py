@@ -39,7 +39,7 @@ def _cgroup_cpu_limit() -> int | None:
 
 def physical_cores() -> int:
     """Physical cores among the CPUs this process may run on, capped by a container's CPU quota."""
-    cores = set()
+    cores: set[tuple[str, str | int]] = set()  # (package, core), or ("cpu", n) without topology
     for cpu in _usable_cpus():
         topology = f"/sys/devices/system/cpu/cpu{cpu}/topology"
         try:

@@ -376,7 +376,8 @@ def _hub_reachable(repo_id: str) -> bool:
         get_session().head(url, timeout=constants.HF_HUB_ETAG_TIMEOUT, follow_redirects=False)
     except TypeError:  # requests (huggingface_hub < 1.0) calls it allow_redirects
         try:
-            get_session().head(url, timeout=constants.HF_HUB_ETAG_TIMEOUT, allow_redirects=False)
+            # The type checker sees the installed hub's httpx client, which has no allow_redirects.
+            get_session().head(url, timeout=constants.HF_HUB_ETAG_TIMEOUT, allow_redirects=False)  # type: ignore[call-arg]
         except Exception:  # noqa: BLE001 - connection refused, DNS, timeout, proxy, offline mode
             return False
     except Exception:  # noqa: BLE001

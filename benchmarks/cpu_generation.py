@@ -46,7 +46,6 @@ def main(argv: list[str] | None = None) -> int:
 
     configure_cpu_threads()
     import gymnasium as gym
-    import numpy as np
     import torch
     from transformers.utils import logging as hf_logging
 

@@ -27,7 +27,7 @@ def builtin_chat_template(name: str) -> str:
     """
     if name not in CHAT_TEMPLATES:
         raise KeyError(f"unknown built-in chat template {name!r}; known: {', '.join(CHAT_TEMPLATES)}")
-    return files("agent_gym.chat").joinpath("templates", CHAT_TEMPLATES[name]).read_text(encoding="utf-8")
+    return files("agent_gym.chat").joinpath("templates").joinpath(CHAT_TEMPLATES[name]).read_text(encoding="utf-8")
 
 
 def resolve_chat_template(value: str | None) -> str | None:

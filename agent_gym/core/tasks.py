@@ -70,7 +70,7 @@ class GeneratedTaskId(NamedTuple):
 
     split: str
     variant: str
-    index: int
+    index: int  # type: ignore[assignment]  # the field shadows tuple.index (a method) on purpose: it is the id's part
 
     def __str__(self) -> str:
         return f"{self.split}-{self.variant}-{int(self.index)}"

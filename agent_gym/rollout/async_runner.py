@@ -31,9 +31,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
-
-import numpy as np
+from typing import Any, Callable, Mapping, Sequence, TypeGuard
 
 from agent_gym.rollout.episode import env_id_of, play_episode
 from agent_gym.rollout.gc_timer import GCTimer
@@ -238,7 +236,8 @@ async def arun_episodes(
     extra = dict(metadata or {})
     finished: list[Trajectory] = []
     step_latencies: list[float] = []
-    counters = {"next": 0, "in_flight": 0, "max_in_flight": 0, "steps": 0, "tokens": 0, "reset_s": 0.0, "turns": 0}
+    counters = {"next": 0, "in_flight": 0, "max_in_flight": 0, "steps": 0, "tokens": 0, "turns": 0}
+    seconds = {"reset": 0.0}  # apart from the counts, which stay ints
     write_lock = asyncio.Lock()
     estimate = TurnEstimate(episodes)
     bar = progress_bar(episodes, progress, estimate)
@@ -293,7 +292,7 @@ async def arun_episodes(
             metadata={"episode": i, "worker": worker, **extra},
             on_step=on_step,
         )
-        counters["reset_s"] += trajectory.metadata["reset_s"]
+        seconds["reset"] += trajectory.metadata["reset_s"]
         return trajectory
 
     async def worker(slot: int) -> None:
@@ -371,7 +370,7 @@ async def arun_episodes(
         "step_latency_p50_s": lat[len(lat) // 2] if lat else 0.0,
         "step_latency_p95_s": lat[min(len(lat) - 1, int(len(lat) * 0.95))] if lat else 0.0,
         "step_latency_max_s": lat[-1] if lat else 0.0,
-        "reset_s": counters["reset_s"],
+        "reset_s": seconds["reset"],
         **gc_timer.as_stats(),
     }
     return result
@@ -432,6 +431,6 @@ def run_episodes_async(*args: Any, **kwargs: Any) -> AsyncRolloutResult:
     return run_sync(lambda: arun_episodes(*args, **kwargs))
 
 
-def _is_factory(obj: Any) -> bool:
+def _is_factory(obj: Any) -> TypeGuard[Callable[[], Any]]:
     # An env has reset/step; anything else callable is a factory (a function, a class, a partial).
     return callable(obj) and not (hasattr(obj, "reset") and hasattr(obj, "step") and not isinstance(obj, type))

@@ -204,10 +204,10 @@ class HFPolicy:
         for layer, (k0, v0) in enumerate(template):
             keys = k0.new_zeros((len(prompts), k0.shape[1], width - 1, k0.shape[3]))
             values = v0.new_zeros((len(prompts), v0.shape[1], width - 1, v0.shape[3]))
-            for row, (p, layers) in enumerate(zip(prompts, per_row)):
-                if layers:
-                    keys[row, :, width - len(p) :] = layers[layer][0][0]
-                    values[row, :, width - len(p) :] = layers[layer][1][0]
+            for row, (p, row_layers) in enumerate(zip(prompts, per_row)):
+                if row_layers:
+                    keys[row, :, width - len(p) :] = row_layers[layer][0][0]
+                    values[row, :, width - len(p) :] = row_layers[layer][1][0]
             batch_layers.append((keys, values))
         del per_row
         input_ids, attention_mask = self._padded(prompts)

@@ -76,7 +76,7 @@ def make_cache(layers: Sequence[tuple[Any, Any]]) -> Any:
     try:
         return DynamicCache(ddp_cache_data=list(layers))
     except TypeError:  # releases before ddp_cache_data
-        return DynamicCache.from_legacy_cache(tuple(layers))
+        return DynamicCache.from_legacy_cache(tuple(layers))  # type: ignore[attr-defined]  # gone in transformers 5
 
 
 class PrefixCache:

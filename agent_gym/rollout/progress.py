@@ -184,7 +184,7 @@ def _estimated_bar_class(base: type) -> type:
     ``format_dict`` is passed through to the bar format and wins over it."""
     if base not in _BAR_CLASSES:
 
-        class EstimatedBar(base):  # type: ignore[misc, valid-type]
+        class EstimatedBar(base):
             def __init__(self, estimate: TurnEstimate, *args: Any, **kwargs: Any):
                 self.estimate = estimate
                 super().__init__(*args, **kwargs)

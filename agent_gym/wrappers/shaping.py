@@ -7,7 +7,7 @@ split into "solved the task" and "was paid for form".
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, SupportsFloat
 
 import gymnasium as gym
 
@@ -55,7 +55,7 @@ class RewardShaping(gym.Wrapper):
         obs, reward, terminated, truncated, info = await astep(self.env, action)
         return (obs, *self._shape(reward, terminated, truncated, info))
 
-    def _shape(self, reward: float, terminated: bool, truncated: bool, info: dict[str, Any]):
+    def _shape(self, reward: SupportsFloat, terminated: bool, truncated: bool, info: dict[str, Any]):
         if not (terminated or truncated):
             return reward, terminated, truncated, info
         components = dict(info.get("reward_components") or {"outcome": reward})

@@ -152,9 +152,10 @@ class EnvRollout:
         self.last_trajectories = trajectories
 
         samples = [self._sample(t, budget) for t in trajectories]
-        logprobs: list[list[float]] | None = [s[3] for s in samples]  # type: ignore[misc]
-        if any(lp is None for lp in logprobs):  # TRL takes log-probs for every sample or for none
-            logprobs = None
+        per_sample = [s[3] for s in samples]
+        logprobs: list[list[float]] | None = None  # TRL takes log-probs for every sample or for none
+        if all(lp is not None for lp in per_sample):
+            logprobs = [lp for lp in per_sample if lp is not None]
         if self.log_metrics:
             self._log(trainer, trajectories, samples)
         return {
