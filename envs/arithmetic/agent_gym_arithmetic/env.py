@@ -34,8 +34,6 @@ class ArithmeticEnv(AgentEnv):
         prompt_dir: a folder of jinja2 templates overriding the packaged ones.
     """
 
-    description = "generated arithmetic (levels 1-4), one step; reward 1 for the exact final number"
-
     def __init__(self, tokenizer: Any = None, *, level: int = 2, split: str = "train", prompt_dir: Any = None, **kwargs: Any):
         kwargs.setdefault("max_turns", 1)
         kwargs.setdefault("max_action_tokens", 512)
@@ -82,8 +80,6 @@ class ArithmeticToolEnv(ArithmeticEnv):
     calculator call, its result, the answer (SmolLM2-135M-Instruct answers directly, with or without
     it, at level 1).
     """
-
-    description = "generated arithmetic with a calculator tool, up to 3 turns; outcome reward"
 
     def __init__(self, tokenizer: Any = None, *, few_shot: bool = False, **kwargs: Any):
         kwargs.setdefault("max_turns", 3)

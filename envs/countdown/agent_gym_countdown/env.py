@@ -56,7 +56,6 @@ class CountdownEnv(AgentEnv):
         **kwargs: passed to :class:`agent_gym.AgentEnv` (``max_action_tokens``, ``chat_template``, ...).
     """
 
-    description = "Countdown numbers game, one step; reward 1 for an exact expression in <answer>"
     _system_template = "countdown_system.j2"
 
     def __init__(
@@ -130,7 +129,6 @@ class CountdownToolEnv(CountdownEnv):
     answer directly, without the tool).
     """
 
-    description = "Countdown with a calculator tool, up to 6 turns; outcome reward"
     _system_template = "countdown_tool_system.j2"
 
     def __init__(self, tokenizer: Any = None, **kwargs: Any):

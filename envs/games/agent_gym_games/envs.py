@@ -57,7 +57,6 @@ class SokobanEnv(_GridEnv):
     ``reset(options={"task": {"grid": ["#####", "#@$.#", "#####"]}})`` (XSB rows, ``_`` for floor).
     """
 
-    description = "Sokoban puzzles (reverse-play generated), multi-turn; reward 1 when all boxes are on targets"
     game = "sokoban"
     title = "Sokoban"
     levels = sokoban.LEVELS
@@ -114,7 +113,6 @@ class FrozenLakeEnv(_GridEnv):
     ``reset(options={"task": {"grid": ["SFFF", "FHFH", "FFFH", "HFFG"]}})``.
     """
 
-    description = "FrozenLake (random lakes with a safe path), multi-turn; reward 1 for reaching the goal"
     game = "frozenlake"
     title = "FrozenLake"
     levels = frozenlake.LEVELS
@@ -189,7 +187,6 @@ class WordleEnv(GameEnv):
         **kwargs: see :class:`agent_gym_games.base.GameEnv`.
     """
 
-    description = "Wordle with a shipped word list, multi-turn; reward 1 for guessing the word"
     game = "wordle"
     title = "Wordle"
     levels = wordle.LEVELS

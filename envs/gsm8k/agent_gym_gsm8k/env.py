@@ -89,7 +89,6 @@ class GSM8KEnv(GSM8KTaskSource, AgentEnv):
         **kwargs: passed to :class:`agent_gym.AgentEnv` (``max_action_tokens``, ``chat_template``, ...).
     """
 
-    description = "GSM8K grade-school math, one step; reward 1 for the right number after ####"
     _system_template = "gsm8k_system.j2"
 
     def __init__(
@@ -124,7 +123,6 @@ class GSM8KToolEnv(GSM8KEnv):
     :class:`agent_gym.wrappers.RewardShaping` for opt-in format / tool-use bonuses.
     """
 
-    description = "GSM8K with a calculator tool, up to 5 turns; outcome reward"
     _system_template = "gsm8k_tool_system.j2"
 
     def __init__(self, tokenizer: Any = None, *, few_shot: bool = False, **kwargs: Any):

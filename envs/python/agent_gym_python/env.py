@@ -41,8 +41,6 @@ class GSM8KPythonEnv(GSM8KTaskSource, AgentEnv):
         **kwargs: passed to :class:`agent_gym.AgentEnv` (``max_turns`` default 5, ...).
     """
 
-    description = "GSM8K with a sandboxed Python interpreter (tool-integrated reasoning), up to 5 turns; outcome reward"
-
     def __init__(
         self,
         tokenizer: Any = None,

@@ -50,8 +50,6 @@ class TableQAEnv(AgentEnv):
             ``max_context_tokens`` default 8192, ...).
     """
 
-    description = "Questions over generated tables (filters, aggregates, arg-max, joins) answered with pandas in a sandbox; up to 6 turns; exact-match reward"
-
     def __init__(
         self,
         tokenizer: Any = None,
