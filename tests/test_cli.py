@@ -583,26 +583,7 @@ def test_eval_json_prints_only_json_on_stdout(backend, tokenizer, tmp_path, monk
     assert capfd.readouterr().out == "after\n"
 
 
-# -- export-verl and export-model in the command list -----------------------------------------------------
-
-
-def test_help_lists_export_verl_and_export_model(capsys):
-    with pytest.raises(SystemExit):
-        main(["--help"])
-    text = capsys.readouterr().out
-    commands = text.split("positional arguments:", 1)[1].split("options:", 1)[0].split()
-    for command in ("list", "play", "eval", "new-env", "export-verl", "export-model"):
-        assert command in commands
-
-
-def test_export_verl_help_is_the_adapters_own(capsys, monkeypatch):
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "trainers" / "verl"))
-    with pytest.raises(SystemExit) as exit_info:
-        main(["export-verl", "--help"])
-    assert exit_info.value.code == 0
-    text = capsys.readouterr().out
-    assert text.startswith("usage: agent-gym export-verl")
-    assert "--mode {concat,step}" in text and "--tokenizer" in text
+# -- export-model ---------------------------------------------------------------------------------------
 
 
 def test_export_model_refuses_a_non_empty_folder_and_a_bad_model(tmp_path, no_model_loading, capsys):
@@ -615,47 +596,6 @@ def test_export_model_refuses_a_non_empty_folder_and_a_bad_model(tmp_path, no_mo
     assert capsys.readouterr().err == "agent-gym: error: no such file or folder: ./nope\n"
     assert not (tmp_path / "new").exists()
     assert (tmp_path / "keep.txt").read_text() == "mine"
-
-
-def test_export_verl_bad_tokenizer_is_one_line(tmp_path, monkeypatch, capsys):
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "trainers" / "verl"))
-    code = main(["export-verl", "AgentR1/Countdown-v0", "--out", str(tmp_path), "--limit", "2", "--tokenizer", "./nope"])
-    assert code == 2
-    assert capsys.readouterr().err == "agent-gym export-verl: error: no such file or folder: ./nope\n"
-    assert list(tmp_path.iterdir()) == []
-
-
-@pytest.mark.parametrize(
-    "args,message",
-    [
-        (["--env-kwargs", '{"difficulty": "easy"}', "--env-kwarg", "difficulty=hard"],
-         "--env-kwargs gives difficulty='easy' and --env-kwarg gives difficulty='hard'; give it once"),
-        (["--env-kwargs", '{"max_turns": 2}', "--env-kwarg", "max_turns=\"2\""],
-         "--env-kwargs gives max_turns=2 and --env-kwarg gives max_turns='2'; give it once"),
-        (["--env-kwargs", '{"flag": true}', "--env-kwarg", "flag=1"],
-         "--env-kwargs gives flag=True and --env-kwarg gives flag=1; give it once"),
-        (["--env-kwarg", "oops"], "--env-kwarg expects KEY=VALUE with a Python identifier as KEY, got 'oops'"),
-        (["--env-kwargs", "[1]"], "--env-kwargs must be a JSON object, got '[1]'"),
-        (["--env-kwarg", "colour=red"], "AgentR1/Countdown-v0 takes no argument 'colour'. It takes: " + COUNTDOWN_ARGS),
-        (["--env-kwarg", "dificulty=easy"],
-         "AgentR1/Countdown-v0 takes no argument 'dificulty'; did you mean 'difficulty'? It takes: " + COUNTDOWN_ARGS),
-    ],
-)
-def test_export_verl_env_kwarg_mistakes_are_one_line(args, message, tmp_path, monkeypatch, capsys):
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "trainers" / "verl"))
-    out = tmp_path / "out"
-    assert main(["export-verl", "AgentR1/Countdown-v0", "--split", "test", "--limit", "2", "--out", str(out), *args]) == 2
-    assert capsys.readouterr().err == f"agent-gym export-verl: error: {message}\n"
-    assert not out.exists()
-
-
-def test_export_verl_help_documents_both_forms(capsys, monkeypatch):
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "trainers" / "verl"))
-    with pytest.raises(SystemExit):
-        main(["export-verl", "--help"])
-    text = " ".join(capsys.readouterr().out.split())
-    assert "--env-kwarg KEY=VALUE extra env constructor argument, repeatable; VALUE is read as JSON" in text
-    assert "--env-kwargs JSON the same arguments as one JSON object" in text
 
 
 # -- eval's defaults, its stderr lines and the progress bar ------------------------------------------------

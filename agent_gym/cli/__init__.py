@@ -1,4 +1,5 @@
-"""The ``agent-gym`` command line: ``list``, ``play`` and ``eval`` (see :func:`agent_gym.cli.main.main`)."""
+"""The ``agent-gym`` command line: ``list``, ``play``, ``eval`` and the other core commands, and those the
+installed adapters add (see :func:`agent_gym.cli.main.main` and :mod:`agent_gym.cli_support`)."""
 
 from agent_gym.cli.main import main
 

@@ -309,9 +309,9 @@ def add_parser(subparsers: Any, formatter_class: Any = argparse.RawDescriptionHe
 
 
 def _cmd_export_model(args: argparse.Namespace) -> int:
-    from agent_gym.cli.main import _user_errors
+    from agent_gym.cli_support import user_errors
 
     # A bad --model, a non-empty --out: one "agent-gym: error: ..." line, exit status 2.
-    exported = _user_errors(lambda: export_model(args.out, args.model, dtype=args.dtype, force=args.force))
+    exported = user_errors(lambda: export_model(args.out, args.model, dtype=args.dtype, force=args.force))
     print(exported.describe())
     return 0

@@ -3,6 +3,10 @@
 Mistakes a user can make (an unknown env id, missing data, a missing default model, a --model that is
 no folder and no hub name, an unknown task id) end with one ``agent-gym: error: ...`` line on stderr
 and exit status 2, never a traceback.
+
+The trainer adapters add their own subcommands (``export-verl``, ``serve``) through the entry-point
+group :data:`agent_gym.cli_support.COMMAND_GROUP`; this module imports no adapter, so ``--help`` lists
+the commands of the adapters that are installed, and a missing adapter's command names its install.
 """
 
 from __future__ import annotations
@@ -13,26 +17,45 @@ import json
 import os
 import sys
 import time
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-__all__ = ["main", "build_parser", "UsageError", "add_env_kwarg_option", "parse_env_kwargs"]
+from agent_gym.cli_support import (
+    ADAPTER_COMMANDS,
+    COMMAND_GROUP,
+    PROG,
+    UsageError,
+    add_env_kwarg_option,
+    add_env_options,
+    env_kwargs,
+    missing_adapter_message,
+    one_line,
+    parse_env_kwargs,
+    positive_int,
+    resolve_env_id,
+    user_errors,
+)
 
-PROG = "agent-gym"
+# UsageError, add_env_kwarg_option, parse_env_kwargs and positive_int live in agent_gym.cli_support;
+# they are named here too for the code that imports them from this module.
+__all__ = ["main", "build_parser", "UsageError", "add_env_kwarg_option", "parse_env_kwargs", "positive_int"]
 
-_DESCRIPTION = """\
+_env_kwargs = env_kwargs  # the name the tests of the base-model template read the env options with
+
+_INTRO = """\
 Gymnasium environments for LLM agents: list them, play one yourself, evaluate a model on one, or
-start a new env package.
+start a new env package."""
 
-subcommands:
+#: The core's subcommands, as the help lists them (the adapters' follow, with their own help line).
+_CORE_COMMANDS = """\
   list          show the installed envs: id, tools, description
   play          be the assistant: type each turn in the terminal (or pipe it in)
   eval          run a model on N episodes, print accuracy & co., save the trajectories as JSONL
   new-env       write a new env package (pyproject, env class, template, test) that passes its tests
-  export-verl   write an env's tasks as verl parquet (needs the verl adapter, trainers/verl)
-  export-model  write the embedded model as a Hugging Face folder, for vLLM and verl
-  serve         serve an env over OpenEnv: many episodes per server (needs trainers/openenv)
+  export-model  write the embedded model as a Hugging Face folder, for vLLM and verl"""
 
+_EXAMPLES = """\
 examples:
   agent-gym list
   agent-gym play AgentR1/GSM8KTool-v0 --task-id test-0
@@ -41,7 +64,6 @@ examples:
   agent-gym eval AgentR1/Countdown-v0 --env-kwarg difficulty=easy --episodes 32
   agent-gym new-env my-task --dest envs
   agent-gym export-model --out ~/models/smollm2-135m-instruct
-  agent-gym serve AgentR1/GSM8KTool-v0 --port 8000
 
 Run `agent-gym COMMAND --help` for the options of a command."""
 
@@ -77,109 +99,17 @@ examples:
   agent-gym eval AgentR1/GSM8KTool-v0 --data-dir ~/data/gsm8k --json --no-progress
   agent-gym eval AgentR1/GSM8KTool-v0 --split test --in-order --episodes 1319 --model DIR --backend vllm"""
 
-_SERVE_EPILOG = """\
-Serves ID over OpenEnv's protocol (openenv-core), for any OpenEnv client (TRL, SkyRL, torchrl, ART,
-agent_gym_openenv.RemoteEnv): one websocket at /ws is one session with its own env, up to
---max-sessions at a time; a client that disconnects has its env closed. Observations carry
-prompt_ids, messages and tools; actions are the generated token_ids (or text). The tokenizer is loaded
-once per server. Prints one line with the address once it listens (--port 0: a free port). Needs the
-OpenEnv adapter: pip install -e trainers/openenv. More: docs/openenv.md.
-
-examples:
-  agent-gym serve AgentR1/GSM8KTool-v0
-  agent-gym serve AgentR1/Countdown-v0 --env-kwarg difficulty=easy --host 0.0.0.0 --port 8001
-  agent-gym serve AgentR1/GSM8KTool-v0 --tokenizer ~/models/Qwen3-4B --max-sessions 512"""
-
-
-class UsageError(Exception):
-    """A mistake of the user's: reported as one line, exit status 2."""
-
-
-def positive_int(text: str) -> int:
-    """``argparse`` type for counts (episodes, repeats, ...): an int >= 1, else a one-line error."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
-
-
-def _add_env_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("env_id", metavar="ID", help="env id, e.g. AgentR1/GSM8KTool-v0 (the AgentR1/ prefix may be left out)")
-    p.add_argument("--split", default="test", help="dataset split (default: %(default)s)")
-    p.add_argument("--data-dir", default=None, help="folder with the dataset files (default: the env's own lookup)")
-    add_env_kwarg_option(p)
-
-
-def add_env_kwarg_option(p: argparse.ArgumentParser) -> None:
-    """The repeatable ``--env-kwarg KEY=VALUE`` option (read with :func:`parse_env_kwargs`); every command
-    that makes envs takes it."""
-    p.add_argument(
-        "--env-kwarg",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="extra env constructor argument, repeatable; VALUE is read as JSON when it parses "
-        "(e.g. --env-kwarg difficulty=easy --env-kwarg max_turns=3)",
-    )
-    p.add_argument(
-        "--chat-template",
-        default=None,
-        metavar="FILE_OR_NAME",
-        help="the chat template the env renders with, replacing the tokenizer's own: a jinja file or a built-in "
-        "name (completion: plain prose for base models, docs/base-models.md)",
-    )
-
-
-def parse_env_kwargs(items: Sequence[str]) -> dict[str, Any]:
-    """``--env-kwarg`` items (``KEY=VALUE``) as constructor arguments: VALUE as JSON when it parses (``3``,
-    ``true``, ``[1, 2]``), else as the text itself; a later item wins over an earlier one.
-
-    Raises:
-        UsageError: an item that is not ``KEY=VALUE`` with a Python identifier as KEY.
-    """
-    kwargs: dict[str, Any] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.isidentifier():
-            raise UsageError(f"--env-kwarg expects KEY=VALUE with a Python identifier as KEY, got {item!r}")
-        try:
-            kwargs[key] = json.loads(value)
-        except json.JSONDecodeError:
-            kwargs[key] = value
-    return kwargs
-
-
-def _env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """Constructor arguments from --split, --data-dir and --env-kwarg."""
-    kwargs: dict[str, Any] = {"split": args.split}
-    if args.data_dir is not None:
-        kwargs["data_dir"] = args.data_dir
-    if getattr(args, "chat_template", None) is not None:
-        kwargs["chat_template"] = _chat_template_arg(args.chat_template)
-    kwargs.update(parse_env_kwargs(args.env_kwarg))
-    return kwargs
-
-
-def _chat_template_arg(value: str) -> str:
-    """``--chat-template``: a file's jinja text, or a built-in template's name (kept as the name, which
-    the env resolves)."""
-    from agent_gym.chat.builtin import CHAT_TEMPLATES
-
-    if os.path.isfile(os.path.expanduser(value)):
-        with open(os.path.expanduser(value), encoding="utf-8") as fh:
-            return fh.read()
-    if value in CHAT_TEMPLATES:
-        return value
-    raise UsageError(f"--chat-template {value!r} is no file and no built-in template (built-in: {', '.join(CHAT_TEMPLATES)})")
-
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``agent-gym`` (exposed for documentation tools and tests)."""
+    """The argument parser of ``agent-gym`` (exposed for documentation tools and tests): the core's
+    subcommands and those of the installed adapters."""
+    return _build_parser()[0]
+
+
+def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, BaseException | None]]:
+    """The parser, and the commands it cannot run (see :func:`_add_installed_commands`)."""
     formatter = argparse.RawDescriptionHelpFormatter
-    parser = argparse.ArgumentParser(prog=PROG, description=_DESCRIPTION, formatter_class=formatter)
+    parser = argparse.ArgumentParser(prog=PROG, formatter_class=formatter)
     from agent_gym import __version__
 
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -197,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
         "tool results come back, and the reward is shown at the end.",
         epilog=_PLAY_EPILOG, formatter_class=formatter,
     )
-    _add_env_options(p)
+    add_env_options(p)
     p.add_argument("--seed", type=int, default=None, help="seed of the task choice (default: random)")
     p.add_argument("--task-id", default=None, help="play this task (e.g. test-0) instead of a seeded random one")
     p.set_defaults(func=_cmd_play)
@@ -208,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
         "and write the trajectories to a JSONL file.",
         epilog=_EVAL_EPILOG, formatter_class=formatter,
     )
-    _add_env_options(p)
+    add_env_options(p)
     p.add_argument("--model", default=None, help="HF model folder or hub name, a LoRA adapter folder, a .gguf file, or a built-in "
                    "name: smollm2-135m-tool (the default: SmolLM2-135M-Instruct with the project's tool-use LoRA) or "
                    "smollm2-135m-instruct (SmolLM2 alone); gemma3-270m: Gemma 3 270M, a pretrained base model (its PyPI "
@@ -235,38 +165,63 @@ def build_parser() -> argparse.ArgumentParser:
     from agent_gym.cli.scaffold import add_parser as add_new_env_parser
 
     add_new_env_parser(sub, formatter)
-    # Listed here for the help; `main` hands `export-verl ...` to the verl adapter's own parser
-    # before this one runs, so its options and --help are the adapter's.
-    p = sub.add_parser("export-verl", help="write an env's tasks as verl parquet (verl adapter)",
-                       add_help=False)
-    p.add_argument("adapter_args", nargs=argparse.REMAINDER)
-    p.set_defaults(func=lambda args: _export_verl(list(args.adapter_args)))
     from agent_gym.cli.export_model import add_parser as add_export_model_parser
 
     add_export_model_parser(sub, formatter)
+    added, unavailable = _add_installed_commands(sub, formatter)
+    parser.description = _description(added, unavailable)
+    return parser, unavailable
 
-    p = sub.add_parser(
-        "serve", help="serve an env over OpenEnv (needs trainers/openenv)",
-        description="Serve an env over OpenEnv: many concurrent episodes, each in its own session and env.",
-        epilog=_SERVE_EPILOG, formatter_class=formatter,
-    )
-    _add_env_options(p)
-    p.set_defaults(split="train")  # a server usually feeds a trainer
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on; 0.0.0.0 for other machines (default: %(default)s)")
-    p.add_argument("--port", type=int, default=8000, help="TCP port; 0 picks a free one (default: %(default)s)")
-    p.add_argument("--tokenizer", default=None, help="HF tokenizer folder or hub name (the policy's); default: the default model's")
-    p.add_argument("--max-sessions", type=positive_int, default=256, help="sessions (episodes in flight) at a time (default: %(default)s)")
-    p.set_defaults(func=_cmd_serve)
-    return parser
+
+def _add_installed_commands(sub: Any, formatter: Any) -> tuple[list[tuple[str, str]], dict[str, BaseException | None]]:
+    """Add the subcommands installed packages declare in the :data:`COMMAND_GROUP` entry-point group.
+
+    Returns the (name, help line) of each command added, and the commands that cannot be run, by name:
+    the error that kept an installed one from loading (a half-installed adapter), or ``None`` for an
+    adapter command (:data:`ADAPTER_COMMANDS`) that nothing installed provides. One broken package
+    does not take the other commands down with it: its command alone reports the error.
+    """
+    unavailable: dict[str, BaseException | None] = {}
+    core = set(sub.choices)
+    for ep in sorted(entry_points(group=COMMAND_GROUP), key=lambda ep: ep.name):
+        if ep.name in sub.choices or ep.name in unavailable:  # the core's own names, and a name declared twice
+            continue
+        try:
+            ep.load()(sub, formatter)
+        except Exception as exc:  # any error of a package's own code: reported when its command is asked for
+            unavailable[ep.name] = exc
+            continue
+        if ep.name not in sub.choices:
+            unavailable[ep.name] = RuntimeError(f"entry point {ep.value} added no subcommand named {ep.name!r}")
+    for name in ADAPTER_COMMANDS:
+        if name not in sub.choices:
+            unavailable.setdefault(name, None)
+    helps = {action.dest: action.help or "" for action in getattr(sub, "_choices_actions", [])}
+    added = [(name, helps.get(name, "")) for name in sub.choices if name not in core and name not in unavailable]
+    return added, unavailable
+
+
+def _description(added: list[tuple[str, str]], unavailable: dict[str, BaseException | None]) -> str:
+    lines = [_INTRO, "", "subcommands:", _CORE_COMMANDS]
+    lines += [f"  {name:<13} {help_line}".rstrip() for name, help_line in added]
+    missing = [name for name, exc in unavailable.items() if exc is None]
+    if missing:
+        lines += ["", "not installed (each comes with a trainer adapter):"]
+        lines += [f"  {name:<13} {ADAPTER_COMMANDS[name].split(': ', 1)[-1]}" for name in missing]
+    broken = [(name, exc) for name, exc in unavailable.items() if exc is not None]
+    if broken:
+        lines += ["", "installed, but cannot be loaded:"]
+        lines += [f"  {name:<13} {one_line(f'{type(exc).__name__}: {exc}')}" for name, exc in broken]
+    return "\n".join([*lines, "", _EXAMPLES])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``agent-gym`` with ``argv`` (default: ``sys.argv[1:]``); returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["export-verl"]:
-        # Delegated whole to the verl adapter (an optional package with its own options).
-        return _export_verl(argv[1:])
-    parser = build_parser()
+    parser, unavailable = _build_parser()
+    if argv and argv[0] in unavailable:
+        print(f"{PROG}: error: {missing_adapter_message(argv[0], unavailable[argv[0]])}", file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help(sys.stderr)
@@ -281,43 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-def _export_verl(argv: list[str]) -> int:
-    try:
-        from agent_gym_verl.export import main as export_main
-    except ImportError:
-        print(
-            f"{PROG}: error: export-verl needs the verl adapter: pip install -e trainers/verl "
-            "(or pip install agent-r1-gym-verl)",
-            file=sys.stderr,
-        )
-        return 2
-    return int(export_main(argv))
-
-
-def _cmd_serve(args: argparse.Namespace) -> int:
-    try:
-        from agent_gym_openenv.server import serve
-    except ImportError as exc:
-        raise UsageError(f"serve needs the OpenEnv adapter: pip install -e trainers/openenv ({exc})") from None
-    env_id = _resolve_env_id(args.env_id)
-    kwargs = _env_kwargs(args)
-    _user_errors(lambda: serve(env_id, host=args.host, port=args.port, env_kwargs=kwargs, tokenizer=args.tokenizer,
-                               max_sessions=args.max_sessions))
-    return 0
-
-
 # -- shared helpers -----------------------------------------------------------------------------------
-
-
-def _resolve_env_id(name: str) -> str:
-    from agent_gym import NAMESPACE, list_envs
-
-    ids = [card.id for card in list_envs()]
-    for candidate in (name, f"{NAMESPACE}/{name}"):
-        if candidate in ids:
-            return candidate
-    known = ", ".join(ids) if ids else "none (install an env package, e.g. agent-r1-gym-gsm8k)"
-    raise UsageError(f"unknown env id {name!r}; known ids: {known}")
 
 
 def _env_factory(env_id: str, **kwargs: Any) -> Callable[[], Any]:
@@ -334,42 +253,18 @@ def _env_factory(env_id: str, **kwargs: Any) -> Callable[[], Any]:
     return make
 
 
-def _user_errors(what: Callable[[], Any]) -> Any:
-    """Call ``what``; turn the errors a user causes (missing data or model, bad names) into UsageError."""
-    from agent_gym.models import DefaultModelNotInstalled
-
-    try:
-        return what()
-    except DefaultModelNotInstalled as exc:
-        raise UsageError(str(exc)) from None
-    except ImportError as exc:  # an optional backend (vLLM) that is not installed
-        raise UsageError(str(exc)) from None
-    except KeyError as exc:  # unknown task id: the env's message is the KeyError's argument
-        raise UsageError(str(exc.args[0]) if exc.args else repr(exc)) from None
-    except TypeError as exc:  # serve: its server reports a bad env argument in make_error_message's words
-        raise UsageError(_one_line(str(exc))) from None
-    except (FileNotFoundError, ValueError) as exc:  # missing dataset, bad split, bad model path
-        raise UsageError(_one_line(str(exc))) from None
-    except OSError as exc:  # transformers: a model folder or hub name that cannot be loaded
-        raise UsageError(_one_line(str(exc))) from None
-
-
 def _model_errors(model: str | None, what: Callable[[], Any]) -> Any:
-    """:func:`_user_errors` for loading ``--model``: a refused name without ``org/`` (a mistyped built-in
+    """:func:`~agent_gym.cli_support.user_errors` for loading ``--model``: a refused name without ``org/`` (a mistyped built-in
     name, most likely) also gets the built-in names and what else --model takes. Offline,
     resolve_model's own message says so; online the hub's "not a valid model identifier" does not."""
     from agent_gym.models import is_unknown_bare_name, model_kinds
 
     try:
-        return _user_errors(what)
+        return user_errors(what)
     except UsageError as exc:
         if model is None or not is_unknown_bare_name(model) or "model is a built-in name" in str(exc):
             raise
         raise UsageError(f"{exc}; {model_kinds(model)}") from None
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
 
 
 # -- list -----------------------------------------------------------------------------------------------
@@ -420,10 +315,10 @@ def _show(message: dict[str, Any]) -> None:
 def _cmd_play(args: argparse.Namespace) -> int:
     import numpy as np
 
-    env_id = _resolve_env_id(args.env_id)
-    env = _user_errors(_env_factory(env_id, **_env_kwargs(args)))
+    env_id = resolve_env_id(args.env_id)
+    env = user_errors(_env_factory(env_id, **env_kwargs(args)))
     options = {"task_id": args.task_id} if args.task_id is not None else None
-    obs, info = _user_errors(lambda: env.reset(seed=args.seed, options=options))
+    obs, info = user_errors(lambda: env.reset(seed=args.seed, options=options))
     agent = env.unwrapped
     template = agent.template
 
@@ -477,7 +372,7 @@ def _default_out(env_id: str) -> Path:
 def _cmd_eval(args: argparse.Namespace) -> int:
     from agent_gym.models import DEFAULT_MODEL, resolve_model
 
-    env_id = _resolve_env_id(args.env_id)
+    env_id = resolve_env_id(args.env_id)
     out = Path(args.out) if args.out else _default_out(env_id)
     model_name = args.model or DEFAULT_MODEL
     # A --model that is no path and no hub name fails here, before transformers or torch is imported.
@@ -554,18 +449,18 @@ def _run_eval(args: argparse.Namespace, env_id: str, out: Path, model_name: str)
 
     hf_logging.disable_progress_bar()
     # Cheap checks first (tokenizer, data) so that a mistake is reported before the model loads.
-    env_kwargs = _env_kwargs(args)
-    if "tokenizer" in env_kwargs:
+    kwargs = env_kwargs(args)
+    if "tokenizer" in kwargs:
         raise UsageError("--env-kwarg tokenizer=...: eval's envs use the tokenizer of --model; pass the model as --model")
     tokenizer = _model_errors(args.model, lambda: load_tokenizer(args.model))
-    make_env = _env_factory(env_id, tokenizer=tokenizer, **env_kwargs)
-    first_env = _user_errors(make_env)
+    make_env = _env_factory(env_id, tokenizer=tokenizer, **kwargs)
+    first_env = user_errors(make_env)
     slots = min(args.batch_size, args.episodes)
     envs = [first_env] + [make_env] * (slots - 1)
     # Turns end where the env's template ends them (a --chat-template may end them elsewhere than the
     # tokenizer's own template does).
     template = getattr(first_env.unwrapped, "template", None)
-    stop_ids = None if template is None else _user_errors(lambda: default_stop_ids(tokenizer, template.chat_template))
+    stop_ids = None if template is None else user_errors(lambda: default_stop_ids(tokenizer, template.chat_template))
     task_ids = _in_order_task_ids(first_env, args.episodes, args.split) if args.in_order else None
     metadata = {"model": model_name, "temperature": args.temperature, "max_new_tokens": args.max_new_tokens,
                 "backend": args.backend, "in_order": bool(args.in_order)}
@@ -584,7 +479,7 @@ def _run_eval(args: argparse.Namespace, env_id: str, out: Path, model_name: str)
         from agent_gym.rollout.async_runner import run_episodes_async
         from agent_gym.rollout.vllm import VLLMPolicy
 
-        policy: Any = _user_errors(
+        policy: Any = user_errors(
             lambda: VLLMPolicy(args.model, tokenizer=tokenizer, temperature=args.temperature, seed=args.seed,
                                gpu_memory_utilization=args.gpu_memory_utilization, stop_ids=stop_ids)
         )
@@ -593,7 +488,7 @@ def _run_eval(args: argparse.Namespace, env_id: str, out: Path, model_name: str)
         device = None if args.device == "auto" else args.device
         if not args.no_progress:
             print(f"{PROG}: loading {model_name} (converted once, then read from {cache_dir()})", file=sys.stderr)
-        policy = _user_errors(
+        policy = user_errors(
             lambda: HFPolicy(
                 args.model,
                 tokenizer=tokenizer,
@@ -642,7 +537,7 @@ def _in_order_task_ids(env: Any, episodes: int, split: str | None) -> list[str]:
     from agent_gym.core.tasks import source_tasks
 
     base = env.unwrapped
-    tasks = _user_errors(lambda: source_tasks(env, episodes))
+    tasks = user_errors(lambda: source_tasks(env, episodes))
     if len(tasks) < episodes:
         if getattr(base, "tasks", None) is not None:  # a finite source: fewer tasks than asked for
             raise UsageError(f"--in-order --episodes {episodes}: the {split or 'default'} split has {len(tasks)} tasks; "

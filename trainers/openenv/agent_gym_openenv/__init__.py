@@ -6,6 +6,7 @@
   ``RemoteEnv`` (a session as a ``gymnasium.Env`` returning what the env returns in process) and
   ``remote_env_factory`` (sessions spread over several servers).
 - :mod:`agent_gym_openenv.models`: the wire types ``TokenAction``, ``ChatObservation``, ``EpisodeState``.
+- :mod:`agent_gym_openenv.command`: the ``agent-gym serve`` subcommand (an ``agent_gym.commands`` entry point).
 
 Names are imported lazily: ``import agent_gym_openenv`` alone does not import openenv-core (which
 takes seconds: it imports gradio).

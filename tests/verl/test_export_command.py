@@ -1,0 +1,93 @@
+"""``agent-gym export-verl`` as the installed verl adapter adds it to the core CLI: through the
+``agent_gym.commands`` entry point its pyproject declares, listed in ``--help``, with the adapter's own
+options and one-line errors. Needs the adapter installed (pip install -e trainers/verl); verl itself
+is not imported."""
+
+from __future__ import annotations
+
+from importlib.metadata import entry_points
+
+import pytest
+
+from agent_gym.cli.main import main
+from agent_gym.cli_support import COMMAND_GROUP
+
+_DECLARED = {ep.name: ep for ep in entry_points(group=COMMAND_GROUP)}
+pytestmark = pytest.mark.skipif(
+    "export-verl" not in _DECLARED, reason="the verl adapter is not installed (pip install -e trainers/verl)"
+)
+
+#: What CountdownEnv's constructor chain takes, in signature order.
+COUNTDOWN_ARGS = ("tokenizer, difficulty, split, few_shot, prompt_dir, max_turns, max_context_tokens, max_action_tokens, "
+                  "tools, tool_format, chat_template, render_mode")
+
+
+def test_the_adapter_declares_the_command():
+    ep = _DECLARED["export-verl"]
+    assert ep.value == "agent_gym_verl.export:add_parser"
+    assert ep.dist is not None and ep.dist.metadata["Name"] == "agent-r1-gym-verl"
+
+
+def test_help_lists_export_verl_and_export_model(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = capsys.readouterr().out
+    commands = text.split("positional arguments:", 1)[1].split("options:", 1)[0].split()
+    for command in ("list", "play", "eval", "new-env", "export-verl", "export-model"):
+        assert command in commands
+
+
+def test_export_verl_help_is_the_adapters_own(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["export-verl", "--help"])
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    assert text.startswith("usage: agent-gym export-verl")
+    assert "--mode {concat,step}" in text and "--tokenizer" in text
+
+
+def test_export_verl_bad_tokenizer_is_one_line(tmp_path, capsys):
+    code = main(["export-verl", "AgentR1/Countdown-v0", "--out", str(tmp_path), "--limit", "2", "--tokenizer", "./nope"])
+    assert code == 2
+    assert capsys.readouterr().err == "agent-gym export-verl: error: no such file or folder: ./nope\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--env-kwargs", '{"difficulty": "easy"}', "--env-kwarg", "difficulty=hard"],
+         "--env-kwargs gives difficulty='easy' and --env-kwarg gives difficulty='hard'; give it once"),
+        (["--env-kwargs", '{"max_turns": 2}', "--env-kwarg", "max_turns=\"2\""],
+         "--env-kwargs gives max_turns=2 and --env-kwarg gives max_turns='2'; give it once"),
+        (["--env-kwargs", '{"flag": true}', "--env-kwarg", "flag=1"],
+         "--env-kwargs gives flag=True and --env-kwarg gives flag=1; give it once"),
+        (["--env-kwarg", "oops"], "--env-kwarg expects KEY=VALUE with a Python identifier as KEY, got 'oops'"),
+        (["--env-kwargs", "[1]"], "--env-kwargs must be a JSON object, got '[1]'"),
+        (["--env-kwarg", "colour=red"], "AgentR1/Countdown-v0 takes no argument 'colour'. It takes: " + COUNTDOWN_ARGS),
+        (["--env-kwarg", "dificulty=easy"],
+         "AgentR1/Countdown-v0 takes no argument 'dificulty'; did you mean 'difficulty'? It takes: " + COUNTDOWN_ARGS),
+    ],
+)
+def test_export_verl_env_kwarg_mistakes_are_one_line(args, message, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["export-verl", "AgentR1/Countdown-v0", "--split", "test", "--limit", "2", "--out", str(out), *args]) == 2
+    assert capsys.readouterr().err == f"agent-gym export-verl: error: {message}\n"
+    assert not out.exists()
+
+
+def test_export_verl_help_documents_both_forms(capsys):
+    with pytest.raises(SystemExit):
+        main(["export-verl", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--env-kwarg KEY=VALUE extra env constructor argument, repeatable; VALUE is read as JSON" in text
+    assert "--env-kwargs JSON the same arguments as one JSON object" in text
+
+
+def test_an_adapter_module_that_cannot_load_names_the_install(capsys, monkeypatch):
+    """The adapter is installed, but its export module cannot be imported: the command says what to install."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "agent_gym_verl.export", None)
+    assert main(["export-verl", "AgentR1/GSM8K-v0", "--out", "x"]) == 2
+    assert "export-verl needs the verl adapter: pip install -e trainers/verl" in capsys.readouterr().err
