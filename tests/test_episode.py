@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 import gymnasium as gym
-import numpy as np
 import pytest
 
 import agent_gym  # noqa: F401  (registers the envs)

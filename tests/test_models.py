@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-import agent_gym
 import agent_gym.models as models
 from agent_gym.models import BASE_MODEL, BUILTIN_MODELS, DEFAULT_MODEL, ModelSource, resolve_model
 

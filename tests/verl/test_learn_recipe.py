@@ -29,7 +29,6 @@ import pytest
 
 pytest.importorskip("verl")
 
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from _verl_support import dataset_batch, gen_batch, hf_model_folder, mark_step_trainer, verl_config  # noqa: E402
 

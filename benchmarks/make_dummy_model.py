@@ -7,7 +7,10 @@ config.json with other sizes, plus SmolLM2's tokenizer files, so our envs and ch
 
 SRC names the SmolLM2 folder to start from (default /root/smollm2).
 """
-import json, os, shutil, sys
+import json
+import os
+import shutil
+import sys
 from pathlib import Path
 
 src, out = Path(os.environ.get("SRC", "/root/smollm2")), Path(sys.argv[1])
