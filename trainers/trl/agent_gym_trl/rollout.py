@@ -37,7 +37,6 @@ Requires an env that appends to its context (every env but the games with ``cont
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import math
 import warnings
@@ -48,12 +47,13 @@ from agent_gym.rollout.episode import EndEpisode, play_episode
 from agent_gym.rollout.policy import Generation
 from agent_gym.trajectory import Trajectory
 
+from agent_gym_trl import private
 from agent_gym_trl.dataset import Route, route_of
 
 __all__ = ["EnvRollout", "env_reward", "TESTED_TRL"]
 
 #: The TRL releases this adapter is tested with (1.14.2 and 1.16.0; 1.15.0 fails on CPU-only torch).
-TESTED_TRL = ">=1.14,!=1.15.0,<1.17"
+TESTED_TRL = private.TESTED_TRL
 
 #: The counters of an episode's last ``info`` that are logged (``env/<name>``, mean per episode).
 COUNTERS = ("tool_calls", "tool_errors", "format_errors")
@@ -140,7 +140,7 @@ class EnvRollout:
 
         routes = [route_of(p) for p in prompts]
         if self._tokenizer is None:
-            _check_trl_version()
+            private.check(trainer)
             self._tokenizer = self._resolve_tokenizer(trainer)
         budget = self.max_completion_tokens or getattr(trainer, "max_completion_length", None)
         if not budget:
@@ -257,7 +257,7 @@ class EnvRollout:
             from agent_gym.models import load_tokenizer
 
             return load_tokenizer(self.tokenizer)
-        tokenizer = getattr(trainer, "_tokenizer", None) or getattr(trainer, "processing_class", None)
+        tokenizer = getattr(trainer, "processing_class", None)
         if tokenizer is None:
             raise ValueError("the trainer has no tokenizer (processing_class); pass EnvRollout(tokenizer=...)")
         return getattr(tokenizer, "tokenizer", tokenizer)  # a processor's tokenizer
@@ -283,9 +283,7 @@ class EnvRollout:
     # -- metrics ---------------------------------------------------------------------------------------
 
     def _log(self, trainer: Any, trajectories: list[Trajectory], samples: list[Any]) -> None:
-        log = getattr(trainer, "_log_metric", None)
-        if log is None:  # a TRL without per-batch metric logging
-            return
+        log = private.metric_logger(trainer)
         by_env: dict[str, list[int]] = defaultdict(list)
         for k, t in enumerate(trajectories):
             by_env[t.env_id].append(k)
@@ -313,19 +311,6 @@ def _episode_metrics(trajectories: list[Trajectory], samples: list[Any]) -> dict
     out["env_tokens"] = sum(len(s[2]) - sum(s[2]) for s in samples) / n
     out["env_seconds"] = math.fsum(float(t.metadata.get("env_s", 0.0)) for t in trajectories) / n
     return out
-
-
-def _check_trl_version() -> None:
-    try:
-        from importlib.metadata import version
-
-        from packaging.specifiers import SpecifierSet
-
-        installed = version("trl")
-    except Exception:  # noqa: BLE001 - no metadata (a source tree): nothing to compare
-        return
-    if installed not in SpecifierSet(TESTED_TRL):
-        warnings.warn(f"agent-r1-gym-trl is tested with trl{TESTED_TRL}; trl {installed} is installed", stacklevel=3)
 
 
 def _cut(generation: Generation, stop_ids: set[int], limit: int) -> Generation:
@@ -360,16 +345,8 @@ class _TRLBackend(_Backend):
     """TRL's own generation (``GRPOTrainer._generate_single_turn``), the call its multi-turn tool loop makes."""
 
     def __init__(self, trainer: Any):
-        method = getattr(trainer, "_generate_single_turn", None)
-        if method is None or "num_generations" not in inspect.signature(method).parameters:
-            import trl
-
-            raise RuntimeError(
-                f"trl {trl.__version__}'s GRPOTrainer has no _generate_single_turn(..., num_generations): "
-                f"agent-r1-gym-trl needs trl{TESTED_TRL}"
-            )
         self.trainer = trainer
-        self._generate = method
+        self._generate = private.single_turn_generator(trainer)
         self.stop_ids = [int(t) for t in getattr(trainer, "eos_token_ids", []) or []]
         accelerator = getattr(trainer, "accelerator", None)
         # With several processes TRL's backends are collectives (vLLM server mode gathers every process's
@@ -386,7 +363,7 @@ class _TRLBackend(_Backend):
         return max(int(n) for n in gather_object([local]))
 
     def generate(self, prompts: list[list[int]]) -> list[Generation]:
-        completion_ids, logprobs = self._generate(prompts, None, {}, num_generations=1)
+        completion_ids, logprobs = self._generate(prompts)
         out = []
         for k, ids in enumerate(completion_ids):
             ids = [int(t) for t in (ids.tolist() if hasattr(ids, "tolist") else ids)]
