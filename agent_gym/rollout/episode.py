@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Mapping
 
 import numpy as np
@@ -100,6 +101,34 @@ async def play_episode(
         :class:`EndEpisode` reason, or the env's own ``info["truncated_reason"]``), ``reset_s``,
         ``generate_s`` and ``env_s`` (seconds spent in each), merged with ``metadata``.
     """
+    obs, reset_info, reset_s = await _reset(env, seed=seed, task_id=task_id, options=options)
+    trajectory_id = trajectory_id or uuid.uuid4().hex
+    played = await _play_steps(env, generate, obs, trajectory_id, max_steps=max_steps, on_step=on_step)
+    steps = played.steps
+    return Trajectory(
+        id=trajectory_id,
+        env_id=env_id or env_id_of(env),
+        task_id=steps[0].info.get("task_id") if steps else reset_info.get("task_id"),
+        seed=seed,
+        steps=steps,
+        messages=played.obs["messages"],
+        reward=steps[-1].reward if steps else 0.0,
+        tail_ids=_tail_ids(played),
+        metadata={
+            "finish_reasons": played.finish_reasons,
+            "truncated_reason": _truncated_reason(played),
+            "reset_s": reset_s,
+            "generate_s": played.generate_s,
+            "env_s": played.env_s,
+            **dict(metadata or {}),
+        },
+    )
+
+
+async def _reset(
+    env: Any, *, seed: int | None, task_id: str | None, options: Mapping[str, Any] | None
+) -> tuple[Any, dict[str, Any], float]:
+    """Reset ``env`` on the requested task; return its observation, reset info and the seconds it took."""
     reset_options = dict(options or {})
     if task_id is not None:
         reset_options["task_id"] = str(task_id)
@@ -109,75 +138,104 @@ async def play_episode(
         obs, reset_info = await areset(seed=seed, options=reset_options or None)
     else:
         obs, reset_info = env.reset(seed=seed, options=reset_options or None)
-    reset_s = time.perf_counter() - started
-    trajectory_id = trajectory_id or uuid.uuid4().hex
-    steps: list[StepRecord] = []
-    finish_reasons: list[str] = []
-    generate_s = env_s = 0.0
+    return obs, reset_info, time.perf_counter() - started
+
+
+@dataclass
+class _Played:
+    """What the step loop leaves: the records, the last observation and why it stopped early, if it did."""
+
+    obs: Any
+    steps: list[StepRecord] = field(default_factory=list)
+    finish_reasons: list[str] = field(default_factory=list)
+    generate_s: float = 0.0
+    env_s: float = 0.0
+    #: ``"max_steps"`` or an :class:`EndEpisode` reason; ``None`` when the env ended the episode.
     stopped: str | None = None
+
+
+async def _play_steps(
+    env: Any,
+    generate: GenerateFn,
+    obs: Any,
+    trajectory_id: str,
+    *,
+    max_steps: int | None,
+    on_step: Callable[[StepRecord, float], None] | None,
+) -> _Played:
+    """Generate and step from ``obs`` until the env ends the episode, ``max_steps`` or :class:`EndEpisode`."""
+    played = _Played(obs=obs)
     done = False
     while not done:
-        if max_steps is not None and len(steps) >= max_steps:
-            stopped = "max_steps"
+        if max_steps is not None and len(played.steps) >= max_steps:
+            played.stopped = "max_steps"
             break
-        prompt = np.asarray(obs["prompt_ids"]).tolist()
+        prompt = np.asarray(played.obs["prompt_ids"]).tolist()
         started = time.perf_counter()
         try:
             generation = await generate(prompt)
         except EndEpisode as end:
-            stopped = end.reason
+            played.stopped = end.reason
             break
         finally:
-            generate_s += time.perf_counter() - started
+            played.generate_s += time.perf_counter() - started
         started = time.perf_counter()
-        obs, reward, terminated, truncated, info = await astep(env, np.asarray(generation.ids, dtype=np.int64))
+        played.obs, reward, terminated, truncated, info = await astep(env, np.asarray(generation.ids, dtype=np.int64))
         seconds = time.perf_counter() - started
-        env_s += seconds
+        played.env_s += seconds
         done = bool(terminated or truncated)
-        # The env keeps a turn up to its first end-of-turn id and says how many ids followed it; the
-        # record keeps the same ids, so that prompt + response is the next prompt's prefix.
-        kept = len(generation.ids) - int(info.get("ids_after_end_of_turn", 0) or 0)
-        logprobs = generation.logprobs
-        record = StepRecord(
-            trajectory_id=trajectory_id,
-            step=len(steps),
-            prompt_ids=prompt,
-            response_ids=list(generation.ids)[:kept],
-            response_logprobs=None if logprobs is None else [float(x) for x in list(logprobs)[:kept]],
-            reward=float(reward),
-            terminated=bool(terminated),
-            truncated=bool(truncated),
-            new_segment=bool(info.get("new_segment", False)),
-            info=dict(info),
-        )
-        steps.append(record)
-        finish_reasons.append(generation.finish_reason)
+        record = _step_record(trajectory_id, len(played.steps), prompt, generation, reward, terminated, truncated, info)
+        played.steps.append(record)
+        played.finish_reasons.append(generation.finish_reason)
         if on_step is not None:
             on_step(record, seconds)
+    return played
 
-    tail: list[int] = []
-    if stopped is not None and steps and not steps[-1].new_segment:
-        last = steps[-1]
-        head = len(last.prompt_ids) + len(last.response_ids)
-        tail = np.asarray(obs["prompt_ids"]).tolist()[head:]
-    truncated_reason = stopped
-    if truncated_reason is None and steps and steps[-1].info.get("truncated_reason"):
-        truncated_reason = str(steps[-1].info["truncated_reason"])
-    return Trajectory(
-        id=trajectory_id,
-        env_id=env_id or env_id_of(env),
-        task_id=steps[0].info.get("task_id") if steps else reset_info.get("task_id"),
-        seed=seed,
-        steps=steps,
-        messages=obs["messages"],
-        reward=steps[-1].reward if steps else 0.0,
-        tail_ids=tail,
-        metadata={
-            "finish_reasons": finish_reasons,
-            "truncated_reason": truncated_reason,
-            "reset_s": reset_s,
-            "generate_s": generate_s,
-            "env_s": env_s,
-            **dict(metadata or {}),
-        },
+
+def _step_record(
+    trajectory_id: str,
+    step: int,
+    prompt: list[int],
+    generation: Generation,
+    reward: Any,
+    terminated: Any,
+    truncated: Any,
+    info: Mapping[str, Any],
+) -> StepRecord:
+    """The record of one step: the prompt, the response ids the env kept, their log-probs and the env's reply."""
+    # The env keeps a turn up to its first end-of-turn id and says how many ids followed it; the
+    # record keeps the same ids, so that prompt + response is the next prompt's prefix.
+    kept = len(generation.ids) - int(info.get("ids_after_end_of_turn", 0) or 0)
+    logprobs = generation.logprobs
+    return StepRecord(
+        trajectory_id=trajectory_id,
+        step=step,
+        prompt_ids=prompt,
+        response_ids=list(generation.ids)[:kept],
+        response_logprobs=None if logprobs is None else [float(x) for x in list(logprobs)[:kept]],
+        reward=float(reward),
+        terminated=bool(terminated),
+        truncated=bool(truncated),
+        new_segment=bool(info.get("new_segment", False)),
+        info=dict(info),
     )
+
+
+def _tail_ids(played: _Played) -> list[int]:
+    """The env's last reply after the last response, when the episode stopped before the env ended it."""
+    steps = played.steps
+    if played.stopped is None or not steps or steps[-1].new_segment:
+        return []
+    last = steps[-1]
+    head = len(last.prompt_ids) + len(last.response_ids)
+    return np.asarray(played.obs["prompt_ids"]).tolist()[head:]
+
+
+def _truncated_reason(played: _Played) -> str | None:
+    """Why the episode was cut short: the loop's own stop, else the env's ``info["truncated_reason"]``."""
+    if played.stopped is not None:
+        return played.stopped
+    steps = played.steps
+    if steps and steps[-1].info.get("truncated_reason"):
+        return str(steps[-1].info["truncated_reason"])
+    return None
