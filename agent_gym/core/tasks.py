@@ -1,19 +1,30 @@
 """Task sources: a fixed list of tasks with ids, and reading any env's tasks by id, list or seed.
 
 Every adapter that turns an env's tasks into a trainer's dataset (verl's parquet export, TRL's dataset)
-goes through :func:`make_on_split` and :func:`source_tasks`, so "the tasks of an env" means the same
-thing for every trainer.
+reads them with :func:`env_tasks` (which goes through :func:`make_on_split` and :func:`source_tasks`), so
+"the tasks of an env" means the same thing for every trainer; each adapter only formats the rows.
 """
 
 from __future__ import annotations
 
 import inspect
 import json
+from dataclasses import dataclass
 from typing import Any, Callable, Generic, Iterable, Iterator, Mapping, NamedTuple, Sequence, TypeVar
 
 import numpy as np
 
-__all__ = ["GeneratedTaskId", "TaskList", "env_takes", "make_on_split", "source_tasks", "text_of"]
+__all__ = [
+    "EnvTasks",
+    "GeneratedTaskId",
+    "TaskList",
+    "TaskRow",
+    "env_takes",
+    "env_tasks",
+    "make_on_split",
+    "source_tasks",
+    "text_of",
+]
 
 T = TypeVar("T")
 
@@ -229,3 +240,101 @@ def text_of(value: Any) -> str:
     if isinstance(value, (dict, list)):
         return json.dumps(value, sort_keys=True)
     return str(value)
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    """One task of an env's source, as a trainer's dataset row needs it."""
+
+    index: int
+    """Its position in the source (seed ``index`` for a generated source, before duplicates are dropped)."""
+    task: Any
+    """The env's own task object."""
+    task_id: str
+    """The id ``reset(options={"task_id": ...})`` plays it by."""
+    messages: list[dict[str, str]]
+    """The chat that opens its episode: ``role`` and ``content`` (as text) of each message."""
+
+
+@dataclass(frozen=True)
+class EnvTasks:
+    """The tasks of an env's source (:func:`env_tasks`) and what every row of them shares."""
+
+    env_id: str
+    env_kwargs: dict[str, Any]
+    """The constructor arguments a trainer makes the env with (the split included, when given)."""
+    tools: list[dict[str, Any]]
+    """The schemas of the tools the env offers."""
+    ability: str | None
+    """The env's ``ability`` attribute (verl's dataset column), if it has one."""
+    rows: list[TaskRow]
+    dropped: str | None
+    """``None``, or why there are fewer rows than asked for (seeds that drew the same task)."""
+
+
+def env_tasks(
+    env_id: str,
+    split: str | None = None,
+    *,
+    env_kwargs: Mapping[str, Any] | None = None,
+    n: int | None = None,
+    task_ids: Iterable[str] | None = None,
+    tokenizer: Any = None,
+    no_split_hint: str = "give no split",
+    missing_n_hint: str = "pass n= (the tasks of seeds 0..n-1)",
+) -> EnvTasks:
+    """The tasks of ``env_id``'s source (:func:`source_tasks`), with their ids and opening messages.
+
+    The env is made once (:func:`make_on_split`) and closed on every path.
+
+    Args:
+        env_id: a registered env id.
+        split: the env's ``split`` argument (kept in :attr:`EnvTasks.env_kwargs`); ``None``: the env's default.
+        env_kwargs: the env's other constructor arguments.
+        n: at most this many tasks; a generated source needs it (the distinct tasks of seeds ``0..n-1``).
+        task_ids: exactly these tasks, in this order.
+        tokenizer: the tokenizer the env is made with (``None``: the default model's).
+        no_split_hint: ends the error for a split given to an env without splits.
+        missing_n_hint: ends the error for a generated source without ``n``.
+
+    Raises:
+        ValueError: an unknown env id, a split the env does not take, a generated source without ``n``, a
+            task without an id or opening messages.
+    """
+    kwargs = dict(env_kwargs or {})
+    if split is not None:
+        kwargs.setdefault("split", split)  # make_on_split refuses a disagreeing split
+    env = make_on_split(env_id, split, env_kwargs, tokenizer, no_split_hint=no_split_hint)
+    try:
+        base = env.unwrapped
+        generated = task_ids is None and getattr(base, "tasks", None) is None
+        if generated and n is None:
+            raise ValueError(f"{env_id} generates its tasks (no finite env.tasks): {missing_n_hint}")
+        rows = [_task_row(env_id, base, index, task) for index, task in enumerate(source_tasks(env, n, task_ids))]
+        dropped = None
+        if generated and n is not None and len(rows) < n:
+            # fewer rows than asked for: without a word, "511 rows" from n=512 reads as a lost row
+            lost = n - len(rows)
+            dropped = (f"{env_id}: {n} seeds drew {len(rows)} distinct tasks; {lost} duplicate"
+                       f"{'s' if lost != 1 else ''} dropped (rows are the distinct tasks of seeds 0..{n - 1}; "
+                       "a larger n gives more)")
+        return EnvTasks(
+            env_id=env_id,
+            env_kwargs=kwargs,
+            tools=[t.schema() for t in getattr(base, "tools", [])],
+            ability=getattr(base, "ability", None),
+            rows=rows,
+            dropped=dropped,
+        )
+    finally:
+        env.close()
+
+
+def _task_row(env_id: str, base: Any, index: int, task: Any) -> TaskRow:
+    task_id = base.task_id_of(task)
+    if task_id is None:
+        raise ValueError(f"{env_id}: task {index} has no id; rows name their task by id")
+    messages = [{"role": str(m["role"]), "content": text_of(m.get("content"))} for m in base.initial_messages(task)]
+    if not messages:
+        raise ValueError(f"{env_id}: task {task_id!r} opens with no messages")
+    return TaskRow(index=index, task=task, task_id=str(task_id), messages=messages)

@@ -22,13 +22,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from agent_gym.rollout.batcher import Batcher
 from agent_gym.rollout.driver import RolloutResult, run_episodes
 from agent_gym.rollout.episode import EndEpisode, play_episode
 from agent_gym.rollout.policy import AsyncPolicy, Generation, Policy, ScriptedPolicy
+from agent_gym.rollout.pool import EnvPool
 
 __all__ = [
     "AsyncPolicy",
+    "Batcher",
     "EndEpisode",
+    "EnvPool",
     "Generation",
     "HFPolicy",
     "Policy",

@@ -4,7 +4,7 @@
 episodes one after another (episode ``i`` is reset with ``seed=base_seed + i``, like
 :func:`agent_gym.rollout.run_episodes`). An episode alternates two waits:
 
-- **generation**: its prompt goes to a small batcher, which collects the prompts of every episode
+- **generation**: its prompt goes to the :class:`~agent_gym.rollout.batcher.Batcher`, which collects the prompts of every episode
   waiting for tokens and calls ``policy.generate(prompts, max_new_tokens=...)`` once per batch (in a
   worker thread, so the loop keeps stepping envs while the model runs). A batch is sent when every
   episode in flight is waiting, when it holds ``max_batch_size`` prompts, or once it has waited
@@ -33,6 +33,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence, TypeGuard
 
+from agent_gym.rollout.batcher import Batcher
 from agent_gym.rollout.episode import env_id_of, play_episode
 from agent_gym.rollout.gc_timer import GCTimer
 from agent_gym.rollout.policy import Generation
@@ -40,10 +41,6 @@ from agent_gym.rollout.progress import RolloutResult, TurnEstimate, plan_episode
 from agent_gym.trajectory import StepRecord, Trajectory, TrajectoryWriter
 
 __all__ = ["AsyncRolloutResult", "arun_episodes", "find_astep", "run_episodes_async", "run_sync"]
-
-# epoll (the default selector on Linux) waits whole milliseconds: a timed wait of 0.1 ms takes about 1 ms
-_SHORTEST_WAIT_S = 0.001
-
 
 @dataclass
 class AsyncRolloutResult(RolloutResult):
@@ -64,106 +61,6 @@ class AsyncRolloutResult(RolloutResult):
 def find_astep(env: Any) -> Callable[..., Any] | None:
     """``env.astep`` (every gymnasium wrapper has one once ``agent_gym`` is imported), or ``None``."""
     return getattr(env, "astep", None)
-
-
-class _Batcher:
-    """Collects prompts of waiting episodes and sends them to ``policy.generate`` in batches."""
-
-    def __init__(
-        self,
-        policy: Any,
-        max_new_tokens: int,
-        max_batch_size: int,
-        max_wait_s: float,
-        in_thread: bool,
-        lockstep: bool = False,
-        on_batch: Callable[[], None] | None = None,
-    ):
-        self.policy = policy
-        # lockstep: a batch waits for every episode in flight and lists its prompts in slot order, so the
-        # batches are rounds (one turn of each active episode) whatever the order episodes resume in.
-        self.lockstep = lockstep
-        self.on_batch = on_batch
-        self.max_new_tokens = max_new_tokens
-        self.max_batch_size = max_batch_size
-        self.max_wait_s = max_wait_s
-        self.in_thread = in_thread
-        self.pending: list[tuple[int, list[int], asyncio.Future[Generation]]] = []  # (slot, prompt, future)
-        self.active = 0  # episodes in flight (waiting or stepping)
-        self.wake = asyncio.Event()
-        self.batch_sizes: list[int] = []
-        self.generate_s = 0.0
-        self.last_generate_s: float | None = None  # the previous generate call's duration
-
-    async def generate(self, prompt: list[int], slot: int = 0) -> Generation:
-        future: asyncio.Future[Generation] = asyncio.get_running_loop().create_future()
-        self.pending.append((slot, prompt, future))
-        self.wake.set()
-        return await future
-
-    def notify(self) -> None:
-        self.wake.set()
-
-    async def run(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            await self.wake.wait()
-            self.wake.clear()
-            if not self.pending:
-                continue
-            # More prompts can still come while some episode is stepping: wait a little for them, but
-            # never longer than a generate call takes. A prompt that misses this batch goes into the
-            # next one, which starts when this one ends, so for a cheap policy (a scripted one, a
-            # cache) waiting the full max_wait_s would only delay every episode on each turn.
-            if self.lockstep:
-                if len(self.pending) < min(self.max_batch_size, self.active):
-                    continue  # woken again by the next prompt or by an episode that ends
-                self.pending.sort(key=lambda item: item[0])
-            else:
-                wait = self.max_wait_s if self.last_generate_s is None else min(self.max_wait_s, self.last_generate_s)
-                if wait < _SHORTEST_WAIT_S:
-                    wait = 0.0  # a shorter timed wait would overshoot: the loop's timers wait whole milliseconds
-                deadline = loop.time() + wait
-                while len(self.pending) < min(self.max_batch_size, self.active):
-                    remaining = deadline - loop.time()
-                    if remaining <= 0:
-                        break
-                    try:
-                        await asyncio.wait_for(self.wake.wait(), remaining)
-                    except asyncio.TimeoutError:
-                        break
-                    self.wake.clear()
-            if self.on_batch is not None:
-                self.on_batch()
-            batch = self.pending[: self.max_batch_size]
-            del self.pending[: self.max_batch_size]
-            prompts = [p for _, p, _ in batch]
-            started = time.perf_counter()
-            try:
-                if self.in_thread:
-                    generations = await asyncio.to_thread(self.policy.generate, prompts, max_new_tokens=self.max_new_tokens)
-                else:
-                    generations = self.policy.generate(prompts, max_new_tokens=self.max_new_tokens)
-                if len(generations) != len(prompts):
-                    raise RuntimeError(f"policy returned {len(generations)} generations for {len(prompts)} prompts")
-            except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
-                for _, _, future in batch:
-                    future.cancel()
-                raise
-            except BaseException as exc:  # noqa: BLE001 - handed to the waiting episodes
-                for _, _, future in batch:
-                    if not future.done():
-                        future.set_exception(exc)
-                continue
-            finally:
-                self.last_generate_s = time.perf_counter() - started
-                self.generate_s += self.last_generate_s
-            self.batch_sizes.append(len(batch))
-            for (_, _, future), generation in zip(batch, generations):
-                if not future.done():
-                    future.set_result(generation)
-            if self.pending:
-                self.wake.set()
 
 
 async def arun_episodes(
@@ -189,7 +86,7 @@ async def arun_episodes(
     """Play ``episodes`` episodes with up to ``concurrency`` in flight on the running event loop.
 
     Each episode is one :func:`~agent_gym.rollout.episode.play_episode` call whose generate function
-    hands the prompt to the batcher (or awaits ``policy.agenerate``).
+    hands the prompt to the :class:`~agent_gym.rollout.batcher.Batcher` (or awaits ``policy.agenerate``).
 
     Args:
         envs: an env factory (zero-argument callable), called once per worker; or a sequence of envs
@@ -223,7 +120,6 @@ async def arun_episodes(
     episodes, task_ids = plan_episodes(episodes, task_ids, seeds)
     if concurrency < 1 or max_batch_size < 1:
         raise ValueError("concurrency and max_batch_size must be >= 1")
-
     if isinstance(envs, Sequence) and not isinstance(envs, (str, bytes)):
         if episodes and not envs:
             raise ValueError("envs is empty")
@@ -232,148 +128,199 @@ async def arun_episodes(
         slots = [envs] * min(concurrency, episodes)
     if use_agenerate is None:
         use_agenerate = callable(getattr(policy, "agenerate", None))
-    run_id = uuid.uuid4().hex[:8]
-    extra = dict(metadata or {})
-    finished: list[Trajectory] = []
-    step_latencies: list[float] = []
-    counters = {"next": 0, "in_flight": 0, "max_in_flight": 0, "steps": 0, "tokens": 0, "turns": 0}
-    seconds = {"reset": 0.0}  # apart from the counts, which stay ints
-    write_lock = asyncio.Lock()
-    estimate = TurnEstimate(episodes)
-    bar = progress_bar(episodes, progress, estimate)
-    started = time.perf_counter()
+    run = _Run(
+        slots,
+        policy,
+        episodes=episodes,
+        seeds=seeds if seeds is not None else [base_seed + i for i in range(episodes)],
+        task_ids=task_ids,
+        max_new_tokens=max_new_tokens,
+        use_agenerate=use_agenerate,
+        writer=writer,
+        env_id=env_id,
+        metadata=dict(metadata or {}),
+        progress=progress,
+    )
+    run.batcher = Batcher(
+        lambda prompts: policy.generate(prompts, max_new_tokens=max_new_tokens),
+        max_batch_size=max_batch_size,
+        max_wait_s=max_wait_s,
+        in_thread=generate_in_thread,
+        lockstep=lockstep,
+        live=len(slots) if lockstep else 0,  # rounds wait for every slot, a slot between episodes too
+        on_batch=run.before_batch,
+    )
+    return await run.play_all()
 
-    def show_progress() -> None:
-        elapsed = time.perf_counter() - started
-        correct = sum(t.final_info.get("correct") is True for t in finished)
-        bar.set_postfix(
-            turns=counters["turns"],
-            tok_s=f"{counters['tokens'] / elapsed:.1f}" if elapsed > 0 else "-",
-            acc=f"{correct / len(finished):.3f}" if finished else "-",
+
+class _Run:
+    """One :func:`arun_episodes` call: its workers, counters, progress bar and statistics."""
+
+    def __init__(
+        self,
+        slots: list[Any],
+        policy: Any,
+        *,
+        episodes: int,
+        seeds: Sequence[int],
+        task_ids: Sequence[str] | None,
+        max_new_tokens: int,
+        use_agenerate: bool,
+        writer: TrajectoryWriter | None,
+        env_id: str | None,
+        metadata: dict[str, Any],
+        progress: bool,
+    ):
+        self.slots, self.policy, self.episodes = slots, policy, episodes
+        self.seeds, self.task_ids, self.max_new_tokens = seeds, task_ids, max_new_tokens
+        self.use_agenerate, self.writer, self.env_id, self.metadata = use_agenerate, writer, env_id, metadata
+        self.progress = progress
+        self.batcher: Batcher  # set by arun_episodes: its on_batch is this run's before_batch
+        self.run_id = uuid.uuid4().hex[:8]
+        self.finished: list[Trajectory] = []
+        self.step_latencies: list[float] = []
+        self.next_episode = 0
+        self.in_flight = self.max_in_flight = self.steps = self.tokens = self.turns = 0
+        self.reset_s = 0.0
+        self.write_lock = asyncio.Lock()
+        self.estimate = TurnEstimate(episodes)
+        self.bar = progress_bar(episodes, progress, self.estimate)
+        self.started = time.perf_counter()
+
+    # -- progress ------------------------------------------------------------------------------------
+
+    def show_progress(self) -> None:
+        elapsed = time.perf_counter() - self.started
+        correct = sum(t.final_info.get("correct") is True for t in self.finished)
+        self.bar.set_postfix(
+            turns=self.turns,
+            tok_s=f"{self.tokens / elapsed:.1f}" if elapsed > 0 else "-",
+            acc=f"{correct / len(self.finished):.3f}" if self.finished else "-",
             refresh=True,
         )
 
-    def before_batch() -> None:
-        if counters["turns"]:
-            show_progress()  # the rounds so far: every episode's earlier turns have been stepped
-        counters["turns"] += min(len(batcher.pending), max_batch_size)
+    def before_batch(self) -> None:
+        if self.turns:
+            self.show_progress()  # the rounds so far: every episode's earlier turns have been stepped
+        cap = self.batcher.max_batch_size or len(self.batcher.pending)
+        self.turns += min(len(self.batcher.pending), cap)
 
-    batcher = _Batcher(
-        policy, max_new_tokens, max_batch_size, max_wait_s, generate_in_thread, lockstep=lockstep, on_batch=before_batch
-    )
+    def on_step(self, record: StepRecord, seconds: float) -> None:
+        self.step_latencies.append(seconds)
+        self.steps += 1
+        self.tokens += len(record.response_ids)
 
-    def on_step(record: StepRecord, seconds: float) -> None:
-        step_latencies.append(seconds)
-        counters["steps"] += 1
-        counters["tokens"] += len(record.response_ids)
+    # -- episodes ------------------------------------------------------------------------------------
 
-    async def play(env: Any, i: int, worker: int) -> Trajectory:
-        nonlocal env_id
-        if env_id is None:
-            env_id = env_id_of(env)
+    async def play(self, env: Any, i: int, worker: int) -> Trajectory:
+        if self.env_id is None:
+            self.env_id = env_id_of(env)
 
         async def generate(prompt: list[int]) -> Generation:
-            if use_agenerate:
-                generation = await policy.agenerate(prompt, max_new_tokens=max_new_tokens)
+            if self.use_agenerate:
+                generation: Generation = await self.policy.agenerate(prompt, max_new_tokens=self.max_new_tokens)
             else:
-                generation = await batcher.generate(prompt, worker)
+                generation = await self.batcher.generate(prompt, worker)
             # Counted when generated, not when stepped: the episodes of a batch get their turns at
             # once, and the first one's step (which may end it) must not see the others' as undone.
-            estimate.turn_done(i)
+            self.estimate.turn_done(i)
             return generation
 
         trajectory = await play_episode(
             env,
             generate,
-            seed=int(seeds[i]) if seeds is not None else base_seed + i,
-            task_id=task_ids[i] if task_ids is not None else None,
-            trajectory_id=f"{run_id}-{i:06d}",
-            env_id=env_id,
-            metadata={"episode": i, "worker": worker, **extra},
-            on_step=on_step,
+            seed=int(self.seeds[i]),
+            task_id=self.task_ids[i] if self.task_ids is not None else None,
+            trajectory_id=f"{self.run_id}-{i:06d}",
+            env_id=self.env_id,
+            metadata={"episode": i, "worker": worker, **self.metadata},
+            on_step=self.on_step,
         )
-        seconds["reset"] += trajectory.metadata["reset_s"]
+        self.reset_s += trajectory.metadata["reset_s"]
         return trajectory
 
-    async def worker(slot: int) -> None:
+    async def worker(self, slot: int) -> None:
+        """Play episodes one after another on this slot's env until none is left."""
         env = None
-        if lockstep:
-            batcher.active += 1  # counted from start to exit: a batch waits for this slot's next prompt
+        lockstep = self.batcher.lockstep
         try:
-            while counters["next"] < episodes:
-                i = counters["next"]
-                counters["next"] += 1
+            while self.next_episode < self.episodes:
+                i = self.next_episode
+                self.next_episode += 1
                 if env is None:
-                    item = slots[slot]
+                    item = self.slots[slot]
                     env = item() if _is_factory(item) else item
-                counters["in_flight"] += 1
-                counters["max_in_flight"] = max(counters["max_in_flight"], counters["in_flight"])
+                self.in_flight += 1
+                self.max_in_flight = max(self.max_in_flight, self.in_flight)
                 if not lockstep:
-                    batcher.active += 1
-                estimate.episode_started(i)
+                    self.batcher.started()
+                self.estimate.episode_started(i)
                 try:
-                    trajectory = await play(env, i, slot)
+                    trajectory = await self.play(env, i, slot)
                 finally:
-                    counters["in_flight"] -= 1
+                    self.in_flight -= 1
                     if not lockstep:
-                        batcher.active -= 1
-                        batcher.notify()  # one fewer episode can add prompts: the batch may be complete now
-                finished.append(trajectory)
-                estimate.episode_done(i)
-                bar.update(1)
-                if writer is not None:
-                    async with write_lock:
-                        await asyncio.to_thread(writer.write, trajectory)
+                        self.batcher.finished()  # one fewer episode can add prompts: the batch may be complete now
+                self.finished.append(trajectory)
+                self.estimate.episode_done(i)
+                self.bar.update(1)
+                if self.writer is not None:
+                    async with self.write_lock:
+                        await asyncio.to_thread(self.writer.write, trajectory)
         finally:
             if lockstep:
-                batcher.active -= 1
-                batcher.notify()
+                self.batcher.finished()  # this slot asks no more
 
-    with GCTimer() as gc_timer:  # collections stall every episode at once: worth seeing in the stats
-        batch_task = asyncio.ensure_future(batcher.run())
-        workers = [asyncio.ensure_future(worker(s)) for s in range(len(slots))]
-        try:
-            if workers:
-                done, pending = await asyncio.wait(workers, return_when=asyncio.FIRST_EXCEPTION)
-                failed = [t for t in done if not t.cancelled() and t.exception() is not None]
-                if failed:
-                    for t in pending:
-                        t.cancel()
-                    await asyncio.gather(*pending, return_exceptions=True)
-                    raise failed[0].exception()  # type: ignore[misc]
-        finally:
-            batch_task.cancel()
-            await asyncio.gather(batch_task, return_exceptions=True)
-            if progress and finished:
-                show_progress()
-            bar.close()
-        wall = time.perf_counter() - started
-    result = AsyncRolloutResult(
-        trajectories=sorted(finished, key=lambda t: t.metadata["episode"]),
-        generated_tokens=counters["tokens"],
-        wall_seconds=wall,
-    )
-    lat = sorted(step_latencies)
-    sizes = batcher.batch_sizes
-    result.stats = {
-        "wall_s": wall,
-        "episodes": len(finished),
-        "steps": counters["steps"],
-        "episodes_per_s": len(finished) / wall if wall > 0 else 0.0,
-        "steps_per_s": counters["steps"] / wall if wall > 0 else 0.0,
-        "max_in_flight": counters["max_in_flight"],
-        "generate_calls": len(sizes),
-        "mean_batch_size": statistics.fmean(sizes) if sizes else 0.0,
-        "max_batch_size": max(sizes) if sizes else 0,
-        "generate_s": batcher.generate_s,
-        "env_step_s": sum(lat),
-        "step_latency_p50_s": lat[len(lat) // 2] if lat else 0.0,
-        "step_latency_p95_s": lat[min(len(lat) - 1, int(len(lat) * 0.95))] if lat else 0.0,
-        "step_latency_max_s": lat[-1] if lat else 0.0,
-        "reset_s": seconds["reset"],
-        **gc_timer.as_stats(),
-    }
-    return result
+    async def play_all(self) -> AsyncRolloutResult:
+        with GCTimer() as gc_timer:  # collections stall every episode at once: worth seeing in the stats
+            batch_task = asyncio.ensure_future(self.batcher.run())
+            workers = [asyncio.ensure_future(self.worker(s)) for s in range(len(self.slots))]
+            try:
+                if workers:
+                    done, pending = await asyncio.wait(workers, return_when=asyncio.FIRST_EXCEPTION)
+                    failed = [t for t in done if not t.cancelled() and t.exception() is not None]
+                    if failed:
+                        for t in pending:
+                            t.cancel()
+                        await asyncio.gather(*pending, return_exceptions=True)
+                        raise failed[0].exception()  # type: ignore[misc]
+            finally:
+                batch_task.cancel()
+                await asyncio.gather(batch_task, return_exceptions=True)
+                if self.progress and self.finished:
+                    self.show_progress()
+                self.bar.close()
+            wall = time.perf_counter() - self.started
+        result = AsyncRolloutResult(
+            trajectories=sorted(self.finished, key=lambda t: t.metadata["episode"]),
+            generated_tokens=self.tokens,
+            wall_seconds=wall,
+        )
+        result.stats = {**self.stats(wall), **gc_timer.as_stats()}
+        return result
+
+    def stats(self, wall: float) -> dict[str, Any]:
+        """:attr:`AsyncRolloutResult.stats` but the garbage collector's."""
+        lat = sorted(self.step_latencies)
+        sizes = self.batcher.batch_sizes
+        done = len(self.finished)
+        return {
+            "wall_s": wall,
+            "episodes": done,
+            "steps": self.steps,
+            "episodes_per_s": done / wall if wall > 0 else 0.0,
+            "steps_per_s": self.steps / wall if wall > 0 else 0.0,
+            "max_in_flight": self.max_in_flight,
+            "generate_calls": len(sizes),
+            "mean_batch_size": statistics.fmean(sizes) if sizes else 0.0,
+            "max_batch_size": max(sizes) if sizes else 0,
+            "generate_s": self.batcher.generate_s,
+            "env_step_s": sum(lat),
+            "step_latency_p50_s": lat[len(lat) // 2] if lat else 0.0,
+            "step_latency_p95_s": lat[min(len(lat) - 1, int(len(lat) * 0.95))] if lat else 0.0,
+            "step_latency_max_s": lat[-1] if lat else 0.0,
+            "reset_s": self.reset_s,
+        }
 
 
 def run_sync(make_coroutine: Callable[[], Any]) -> Any:

@@ -108,38 +108,18 @@ def env_rows(
 
 def _rows(env_id, n, split, env_kwargs, task_ids, tokenizer) -> tuple[list[dict[str, Any]], str | None]:
     # The rows, and what was dropped (None: nothing): the public functions warn, so the warning names their caller.
-    from agent_gym.core.tasks import make_on_split, source_tasks, text_of
+    from agent_gym.core.tasks import env_tasks
 
-    kwargs = dict(env_kwargs or {})
-    if split is not None:
-        kwargs.setdefault("split", split)  # make_on_split refuses a disagreeing or unsupported split
-    kwargs_json = _kwargs_json(kwargs)
-    env = make_on_split(env_id, split, env_kwargs, tokenizer)
-    try:
-        base = env.unwrapped
-        tasks = source_tasks(env, n, task_ids)
-        rows = []
-        for task in tasks:
-            task_id = base.task_id_of(task)
-            if task_id is None:
-                raise ValueError(f"{env_id}: a task has no id; rows name their task by id")
-            route = Route(env_id, str(task_id), kwargs_json)
-            messages = [{"role": str(m["role"]), "content": text_of(m.get("content")), ROUTE_KEY: None}
-                        for m in base.initial_messages(task)]
-            if not messages:
-                raise ValueError(f"{env_id}: task {task_id!r} opens with no messages")
-            messages[-1][ROUTE_KEY] = route.to_json()
-            rows.append({"prompt": messages, "env_id": env_id, "task_id": str(task_id), "env_kwargs": kwargs_json})
-        generated = task_ids is None and getattr(base, "tasks", None) is None
-        if not (generated and n is not None and len(rows) < n):
-            return rows, None
-        # fewer rows than asked for: without a word, "511 rows" from n=512 reads as a lost row
-        dropped = n - len(rows)
-        return rows, (f"{env_id}: {n} seeds drew {len(rows)} distinct tasks; {dropped} duplicate"
-                      f"{'s' if dropped != 1 else ''} dropped (rows are the distinct tasks of seeds 0..{n - 1}; "
-                      "a larger n gives more)")
-    finally:
-        env.close()
+    _kwargs_json(env_kwargs)  # kwargs that are not JSON values are refused before the env is made
+    source = env_tasks(env_id, split, env_kwargs=env_kwargs, n=n, task_ids=task_ids, tokenizer=tokenizer)
+    kwargs_json = _kwargs_json(source.env_kwargs)
+    rows = []
+    for row in source.rows:
+        route = Route(env_id, row.task_id, kwargs_json)
+        messages: list[dict[str, Any]] = [{**m, ROUTE_KEY: None} for m in row.messages]
+        messages[-1][ROUTE_KEY] = route.to_json()
+        rows.append({"prompt": messages, "env_id": env_id, "task_id": row.task_id, "env_kwargs": kwargs_json})
+    return rows, source.dropped
 
 
 def env_dataset(

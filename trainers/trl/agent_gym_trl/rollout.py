@@ -43,8 +43,10 @@ import warnings
 from collections import defaultdict
 from typing import Any, Callable, Sequence
 
+from agent_gym.rollout.batcher import Batcher
 from agent_gym.rollout.episode import EndEpisode, play_episode
 from agent_gym.rollout.policy import Generation
+from agent_gym.rollout.pool import EnvPool
 from agent_gym.trajectory import Trajectory
 
 from agent_gym_trl import private
@@ -128,7 +130,7 @@ class EnvRollout:
         self.log_metrics = log_metrics
         self.on_episode = on_episode
         self.last_trajectories: list[Trajectory] = []
-        self._pool: dict[Route, list[Any]] = defaultdict(list)  # idle envs, reused across calls
+        self._pool = EnvPool()  # idle envs, reused across calls (made with the trainer's tokenizer)
         self._tokenizer: Any = None
         self._warned_stop = False
 
@@ -169,10 +171,7 @@ class EnvRollout:
 
     def close(self) -> None:
         """Close the envs kept for reuse between calls."""
-        for envs in self._pool.values():
-            for env in envs:
-                env.close()
-        self._pool.clear()
+        self._pool.close()
 
     # -- episodes --------------------------------------------------------------------------------------
 
@@ -192,7 +191,27 @@ class EnvRollout:
         return list(results)  # type: ignore[arg-type]
 
     async def _episode(self, route: Route, rounds: "_Rounds", budget: int, step: int) -> Trajectory:
-        env = self._take_env(route)
+        try:
+            with self._pool.lease(route.env_id, {**route.env_kwargs, **self.env_kwargs}, tokenizer=self._tokenizer) as env:
+                if not hasattr(env.unwrapped, "template"):
+                    raise TypeError(f"{route.env_id} is not an agent-r1-gym env (no chat template)")
+                trajectory = await play_episode(
+                    env,
+                    self._generate_fn(env, rounds, budget),
+                    task_id=route.task_id,
+                    env_id=route.env_id,
+                    metadata={"route": json.loads(route.to_json()), "global_step": step},
+                )
+                if self.on_episode is not None:
+                    self.on_episode(trajectory, env)
+                return trajectory
+        finally:
+            rounds.finished()
+
+    @staticmethod
+    def _generate_fn(env: Any, rounds: "_Rounds", budget: int) -> Callable[[list[int]], Any]:
+        """The episode's ``generate``: a turn from the round, cut after its first stop id and to what the
+        sample's completion budget leaves; ``EndEpisode`` once the budget is spent."""
         stop_ids = set(env.unwrapped.template.end_of_turn_ids) | set(rounds.backend.stop_ids)
         first: list[int] = []
 
@@ -205,34 +224,7 @@ class EnvRollout:
             generation = await rounds.generate(prompt_ids)
             return _cut(generation, stop_ids, left)
 
-        try:
-            trajectory = await play_episode(
-                env,
-                generate,
-                task_id=route.task_id,
-                env_id=route.env_id,
-                metadata={"route": json.loads(route.to_json()), "global_step": step},
-            )
-            if self.on_episode is not None:
-                self.on_episode(trajectory, env)
-            return trajectory
-        finally:
-            rounds.finished()
-            self._pool[route].append(env)
-
-    def _take_env(self, route: Route) -> Any:
-        idle = self._pool[route]
-        if idle:
-            return idle.pop()
-        import gymnasium as gym
-
-        import agent_gym  # noqa: F401  (registers every installed env package)
-
-        kwargs = {**route.env_kwargs, **self.env_kwargs}
-        env = gym.make(route.env_id, tokenizer=self._tokenizer, **kwargs)
-        if not hasattr(env.unwrapped, "template"):
-            raise TypeError(f"{route.env_id} is not an agent-r1-gym env (no chat template)")
-        return env
+        return generate
 
     def _sample(self, trajectory: Trajectory, budget: int) -> tuple[list[int], list[int], list[int], list[float] | None]:
         try:
@@ -388,61 +380,28 @@ class _PolicyBackend(_Backend):
         return list(self.policy.generate(prompts, max_new_tokens=self.max_new_tokens))
 
 
-class _Rounds:
-    """Collects the turns of the episodes in flight and generates them together, one backend call a round.
+class _Rounds(Batcher):
+    """agent_gym's one :class:`~agent_gym.rollout.batcher.Batcher`, in rounds over a generation backend.
 
     A round starts when every live episode is waiting for tokens (the others are done), so a batch holds
     one turn of each episode still playing. With a collective backend each process pads its round to the
     largest round of any process, and keeps joining rounds (with dummies only) until no process has an
-    episode left.
+    episode left. A failed round fails the rollout (``fail_fast``): a trainer step cannot go on without
+    its samples. A per-prompt async policy is awaited directly (it batches by itself).
     """
 
     def __init__(self, backend: _Backend, *, live: int):
+        super().__init__(
+            backend.generate,
+            lockstep=True,
+            live=live,
+            round_size=backend.round_size if backend.collective else None,
+            fail_fast=True,
+        )
         self.backend = backend
-        self.live = live
-        self.pending: list[tuple[list[int], asyncio.Future[Generation]]] = []
-        self.wake = asyncio.Event()
-        self.dummy: list[int] | None = None  # the padding prompt of collective rounds
-        self.rounds = 0
-        self.error: BaseException | None = None  # the backend's failure: later turns fail at once
 
-    async def generate(self, prompt_ids: list[int]) -> Generation:
+    async def generate(self, prompt: list[int], slot: int = 0) -> Generation:
         if isinstance(self.backend, _PolicyBackend) and self.backend.per_prompt:
-            return await self.backend.policy(prompt_ids)
-        if self.error is not None:
-            raise self.error
-        future: asyncio.Future[Generation] = asyncio.get_running_loop().create_future()
-        self.pending.append((list(prompt_ids), future))
-        if self.dummy is None:
-            self.dummy = [int(prompt_ids[0])]  # one token: a padding prompt costs its generation only
-        self.wake.set()
-        return await future
-
-    def finished(self) -> None:
-        self.live -= 1
-        self.wake.set()
-
-    async def run(self) -> None:
-        while True:
-            while len(self.pending) < self.live:
-                await self.wake.wait()
-                self.wake.clear()
-            batch, self.pending = self.pending, []
-            size = self.backend.round_size(len(batch))
-            if size == 0:
-                return
-            prompts = [p for p, _ in batch] + [self.dummy or [0]] * (size - len(batch))
-            try:
-                generations = self.backend.generate(prompts)
-                if len(generations) != len(prompts):
-                    raise RuntimeError(f"the generation backend returned {len(generations)} results for {len(prompts)} prompts")
-            except BaseException as exc:
-                self.error = exc
-                for _, future in batch:
-                    if not future.done():
-                        future.set_exception(exc)
-                raise
-            self.rounds += 1
-            for (_, future), generation in zip(batch, generations):
-                if not future.done():
-                    future.set_result(generation)
+            generation: Generation = await self.backend.policy(prompt)
+            return generation
+        return await super().generate(prompt, slot)
