@@ -24,6 +24,7 @@ if __name__ == "__main__":
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse
+import asyncio
 import csv
 import json
 import math
@@ -35,6 +36,9 @@ from tqdm import tqdm
 
 import agent_gym  # noqa: F401  (registers the env ids)
 from agent_gym.models import load_causal_lm, load_tokenizer
+from agent_gym.rollout import Generation, play_episode
+from agent_gym.rollout.async_runner import run_sync
+from agent_gym.rollout.batcher import Batcher
 
 COLUMNS = ["iteration", "mean_reward", "accuracy", "loss", "tokens", "seconds", "greedy_accuracy", "greedy_se"]
 
@@ -82,21 +86,33 @@ def generate(model, prompts: list[list[int]], eot: list[int], pad: int, greedy: 
 
 
 def play(model, envs, resets, eot, pad, greedy, max_new):
-    """Play one episode per env (reset with the kwargs in `resets`); returns (return, correct, turns) each,
-    turns being the (prompt ids, action ids) of every policy turn."""
-    obs = [env.reset(**r)[0] for env, r in zip(envs, resets)]
-    results = [[0.0, False, []] for _ in envs]
-    live = list(range(len(envs)))
-    while live:
-        actions = generate(model, [list(obs[i]["prompt_ids"]) for i in live], eot, pad, greedy, max_new)
-        for i, action in zip(list(live), actions):
-            results[i][2].append((list(obs[i]["prompt_ids"]), action))
-            obs[i], reward, terminated, truncated, info = envs[i].step(action)
-            results[i][0] += float(reward)
-            if terminated or truncated:
-                results[i][1] = bool(info.get("correct", False))
-                live.remove(i)
-    return results
+    """Play one episode per env (reset with the kwargs in `resets`) through agent_gym's episode engine;
+    returns (return, correct, turns) each, turns being the (prompt ids, action ids) of every policy turn.
+
+    Each episode is one `play_episode`; the Batcher puts one turn of every live episode into each batched
+    `generate` (in env order), so the model runs once per round, not once per episode."""
+
+    def batch(prompts):
+        return [Generation(ids, None, "stop") for ids in generate(model, prompts, eot, pad, greedy, max_new)]
+
+    async def episodes():
+        batcher = Batcher(batch, lockstep=True, live=len(envs))
+        runner = asyncio.ensure_future(batcher.run())
+
+        async def one(i):
+            try:
+                return await play_episode(envs[i], lambda prompt: batcher.generate(prompt, slot=i), seed=resets[i].get("seed"))
+            finally:
+                batcher.finished()
+
+        trajectories = await asyncio.gather(*(one(i) for i in range(len(envs))))
+        await runner
+        return trajectories
+
+    return [
+        [t.return_, bool(t.final_info.get("correct", False)), [(s.prompt_ids, s.response_ids) for s in t.steps]]
+        for t in run_sync(episodes)
+    ]
 
 
 def sum_logprobs(model, seqs: list[tuple[list[int], list[int]]], pad: int) -> torch.Tensor:

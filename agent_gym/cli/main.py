@@ -313,45 +313,54 @@ def _show(message: dict[str, Any]) -> None:
 
 
 def _cmd_play(args: argparse.Namespace) -> int:
-    import numpy as np
+    from agent_gym.rollout.async_runner import run_sync
+    from agent_gym.rollout.episode import EndEpisode, play_episode
+    from agent_gym.rollout.policy import Generation
 
     env_id = resolve_env_id(args.env_id)
     env = user_errors(_env_factory(env_id, **env_kwargs(args)))
-    options = {"task_id": args.task_id} if args.task_id is not None else None
-    obs, info = user_errors(lambda: env.reset(seed=args.seed, options=options))
     agent = env.unwrapped
     template = agent.template
+    shown = 0  # messages printed so far
+    turn = 0
 
-    print(f"== {env_id} | task {info.get('task_id')} ==")
-    tools = [t["function"]["name"] for t in obs["tools"]]
-    print(f"tools: {', '.join(tools) if tools else '(none)'}\n")
-    for message in obs["messages"]:
-        _show(message)
-    shown = len(obs["messages"])
+    def show_new(messages: list[dict[str, Any]]) -> None:
+        nonlocal shown
+        if shown:  # after a turn: skip the assistant message just typed; show what the env answered
+            print()
+            shown += 1
+        for message in messages[shown:]:
+            _show(message)
+        shown = len(messages)
 
-    turn, reward, terminated, truncated, info = 0, 0.0, False, False, dict(info)
-    while not (terminated or truncated):
+    async def typed(prompt_ids: list[int]) -> Generation:
+        """The user's turn as the policy's action: the ids a model would generate for the text typed."""
+        nonlocal turn
+        if not shown:
+            print(f"== {env_id} | task {agent.task_id_of(agent.task)} ==")
+            tools = [t["function"]["name"] for t in agent.context.tools]
+            print(f"tools: {', '.join(tools) if tools else '(none)'}\n")
+        show_new(agent.context.messages)
         turn += 1
         print(f"[assistant] (turn {turn}; end with a line holding only '.', or EOF)", flush=True)
         text = _read_turn(sys.stdin)
         if text is None:
-            print(f"{PROG}: input ended before the episode did (after {turn - 1} turn(s))", file=sys.stderr)
-            return 1
-        # The canonical token path: the ids a model would generate for this text, end of turn included.
-        ids = template.encode(text) + list(template.end_of_turn_ids)
-        obs, reward, terminated, truncated, info = env.step(np.asarray(ids, dtype=np.int64))
-        print()
-        # Skip the assistant message just typed; show what the env answered (tool results).
-        for message in obs["messages"][shown + 1 :]:
-            _show(message)
-        shown = len(obs["messages"])
+            raise EndEpisode("input ended")
+        return Generation(template.encode(text) + list(template.end_of_turn_ids), None, "stop")
 
+    # The one episode loop; a bad --task-id is the reset's KeyError, a usage error.
+    trajectory = user_errors(lambda: run_sync(lambda: play_episode(env, typed, seed=args.seed, task_id=args.task_id, env_id=env_id)))
+    if trajectory.metadata["truncated_reason"] == "input ended":
+        print(f"{PROG}: input ended before the episode did (after {turn - 1} turn(s))", file=sys.stderr)
+        return 1
+    show_new(trajectory.messages)
+    last = trajectory.steps[-1]
     print("== episode over ==")
-    print(f"reward: {float(reward)}")
-    print(f"correct: {info.get('correct')}")
-    print(f"turns: {info.get('turn', turn)}")
-    print(f"{'truncated' if truncated else 'terminated'}: True")
-    print("info: " + json.dumps(_jsonable(info), sort_keys=True, default=str))
+    print(f"reward: {float(last.reward)}")
+    print(f"correct: {last.info.get('correct')}")
+    print(f"turns: {last.info.get('turn', turn)}")
+    print(f"{'truncated' if last.truncated else 'terminated'}: True")
+    print("info: " + json.dumps(_jsonable(last.info), sort_keys=True, default=str))
     return 0
 
 
@@ -438,10 +447,8 @@ def _silence_library_bars() -> None:
 
 def _run_eval(args: argparse.Namespace, env_id: str, out: Path, model_name: str) -> Any:
     """The eval run: an exit status, or (with --json) the summary to print."""
-    from agent_gym.models import cache_dir, load_tokenizer
-    from agent_gym.rollout import HFPolicy, run_episodes
+    from agent_gym.models import load_tokenizer
     from agent_gym.rollout.policy import default_stop_ids
-    from agent_gym.trajectory import TrajectoryWriter
 
     # The run has its own progress bar; transformers' per-load bars would only clutter it.
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -466,7 +473,7 @@ def _run_eval(args: argparse.Namespace, env_id: str, out: Path, model_name: str)
                 "backend": args.backend, "in_order": bool(args.in_order)}
     if args.chat_template is not None:
         metadata["chat_template"] = args.chat_template
-    common = dict(
+    common: dict[str, Any] = dict(
         episodes=args.episodes,
         task_ids=task_ids,
         base_seed=args.seed,
@@ -475,41 +482,65 @@ def _run_eval(args: argparse.Namespace, env_id: str, out: Path, model_name: str)
         env_id=env_id,
         metadata=metadata,
     )
+    policy, run = _eval_runner(args, model_name, tokenizer, stop_ids, envs, slots, common)
+    result = _play_to_file(run, policy, out)
+    if isinstance(result, int):
+        return result
+    summary = {"env_id": env_id, "model": model_name, **result.summary(), "trajectories": str(out)}
+    if args.json:
+        return summary
+    _print_summary(summary)
+    return 0
+
+
+def _eval_runner(
+    args: argparse.Namespace, model_name: str, tokenizer: Any, stop_ids: Any, envs: list[Any], slots: int, common: dict[str, Any]
+) -> tuple[Any, Callable[[Any], Any]]:
+    """The policy of ``--backend`` and the call that plays the episodes with it, given a trajectory writer."""
     if args.backend == "vllm":
         from agent_gym.rollout.async_runner import run_episodes_async
         from agent_gym.rollout.vllm import VLLMPolicy
 
-        policy: Any = user_errors(
+        vllm_policy = user_errors(
             lambda: VLLMPolicy(args.model, tokenizer=tokenizer, temperature=args.temperature, seed=args.seed,
                                gpu_memory_utilization=args.gpu_memory_utilization, stop_ids=stop_ids)
         )
-        run = lambda writer: run_episodes_async(envs, policy, concurrency=slots, writer=writer, **common)  # noqa: E731
-    else:
-        device = None if args.device == "auto" else args.device
-        if not args.no_progress:
-            print(f"{PROG}: loading {model_name} (converted once, then read from {cache_dir()})", file=sys.stderr)
-        policy = user_errors(
-            lambda: HFPolicy(
-                args.model,
-                tokenizer=tokenizer,
-                device=device,
-                temperature=args.temperature,
-                seed=args.seed,
-                batch_size=args.batch_size,
-                stop_ids=stop_ids,
-            )
-        )
-        if not args.no_progress:
-            import torch
+        return vllm_policy, lambda writer: run_episodes_async(envs, vllm_policy, concurrency=slots, writer=writer, **common)
+    from agent_gym.models import cache_dir
+    from agent_gym.rollout import HFPolicy, run_episodes
 
-            where = f"{torch.get_num_threads()} CPU threads" if policy.device.type == "cpu" else str(policy.device)
-            print(f"{PROG}: {model_name} on {where}", file=sys.stderr)
-        run = lambda writer: run_episodes(envs, policy, batch_size=args.batch_size, writer=writer, **common)  # noqa: E731
+    device = None if args.device == "auto" else args.device
+    if not args.no_progress:
+        print(f"{PROG}: loading {model_name} (converted once, then read from {cache_dir()})", file=sys.stderr)
+    policy = user_errors(
+        lambda: HFPolicy(
+            args.model,
+            tokenizer=tokenizer,
+            device=device,
+            temperature=args.temperature,
+            seed=args.seed,
+            batch_size=args.batch_size,
+            stop_ids=stop_ids,
+        )
+    )
+    if not args.no_progress:
+        import torch
+
+        where = f"{torch.get_num_threads()} CPU threads" if policy.device.type == "cpu" else str(policy.device)
+        print(f"{PROG}: {model_name} on {where}", file=sys.stderr)
+    return policy, lambda writer: run_episodes(envs, policy, batch_size=args.batch_size, writer=writer, **common)
+
+
+def _play_to_file(run: Callable[[Any], Any], policy: Any, out: Path) -> Any:
+    """``run(writer)`` writing to ``out``: its result, or exit status 130 after Ctrl-C (the finished
+    trajectories kept; no file when none finished)."""
+    from agent_gym.trajectory import TrajectoryWriter
+
     writer = TrajectoryWriter(out, mode="w")
     try:
         with writer:
             try:
-                result = run(writer)
+                return run(writer)
             finally:
                 if hasattr(policy, "close"):
                     policy.close()
@@ -524,12 +555,6 @@ def _run_eval(args: argparse.Namespace, env_id: str, out: Path, model_name: str)
             finished = "1 finished trajectory is" if writer.count == 1 else f"{writer.count} finished trajectories are"
             print(f"{PROG}: interrupted; {finished} in {out}", file=sys.stderr)
         return 130
-
-    summary = {"env_id": env_id, "model": model_name, **result.summary(), "trajectories": str(out)}
-    if args.json:
-        return summary
-    _print_summary(summary)
-    return 0
 
 
 def _in_order_task_ids(env: Any, episodes: int, split: str | None) -> list[str]:
