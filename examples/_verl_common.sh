@@ -14,8 +14,8 @@ then
   # verl 0.9's default (v1) trainer needs the TransferQueue package and has no step-mode seam.
   VERL_VERSION_ARGS+=(trainer.use_v1=False)
 fi
-# verl's token log-probs without flash-attn loop over every token in Python (for SmolLM2 on an H200 the
-# actor update takes 15.6 s with that loop, 1.7 s without); agent_gym_verl.fast_logprobs vectorises it
+# verl's token log-probs without flash-attn loop over every token in Python (the actor update's cost of
+# that loop: docs/performance.md); agent_gym_verl.fast_logprobs vectorises it
 # in every verl process through verl's own import hook. Set VERL_USE_EXTERNAL_MODULES= (empty) to run verl's as is; with
 # modules of your own, list ours too: VERL_USE_EXTERNAL_MODULES=my_mod,agent_gym_verl.fast_logprobs.
 export VERL_USE_EXTERNAL_MODULES=${VERL_USE_EXTERNAL_MODULES-agent_gym_verl.fast_logprobs}

@@ -1,11 +1,8 @@
 #!/bin/bash
 # GRPO that aims to raise GSM8K-with-a-calculator accuracy of the warm-started SmolLM2-135M
-# (smollm2-135m-tool: greedy 0.066 on 256 test problems, 3.7 calculator calls per episode) on ONE GPU,
-# through the agent-gym verl adapter in step mode (segment samples), in parts that each fit a short
-# machine lease: every part trains a LoRA adapter (a few MB) and the next part continues it. On one H200,
-# part 1 raised greedy accuracy on the 512 held-out problems from 0.066 to 0.109 in 20 steps, tool-call
-# validity >= 0.998; on the whole test split, evaluated task by task, 0.058 -> 0.086 (+0.028, paired SE
-# 0.0084) (docs/performance.md, "Learning on one H200").
+# (smollm2-135m-tool) on ONE GPU, through the agent-gym verl adapter in step mode (segment samples), in
+# parts that each fit a short machine lease: every part trains a LoRA adapter (a few MB) and the next
+# part continues it. What it measured, with dates and hardware: docs/performance.md, "Learning on one H200".
 #
 #   agent-gym export-model --model smollm2-135m-tool --out ~/models/smollm2-135m-tool      # MODEL_PATH
 #   python3 examples/data_preprocess/gsm8k_tool.py --local_save_dir ~/data/gsm8k_tool        # DATA_DIR

@@ -15,10 +15,8 @@
 # generation stops at the end of a turn. The script stops at once, with these commands, when the model
 # or the data is missing.
 #
-# On one H200 (verl 0.9.1 + vLLM 0.24; docs/performance.md): ~4 min start-up, then 6.3-7.6 s per step
-# (actor update 1.7 s; 25 s per step with verl's own token log-probs, VERL_USE_EXTERNAL_MODULES= ),
-# actor peak 35 GB plus vLLM's gpu_memory_utilization share (0.3); validation accuracy 0.195 -> 0.336
-# in 10 steps. Two GPUs: trainer.n_gpus_per_node=2.
+# Time per step, GPU memory and the validation accuracy it reached: docs/performance.md (one H200,
+# verl 0.9.1 + vLLM 0.24). Two GPUs: trainer.n_gpus_per_node=2.
 # Metrics: VERL_FILE_LOGGER_PATH=run.jsonl (one JSON line per step; verl truncates the file, so give a
 # resumed run a new path), then: python examples/plot_training_curve.py part1.jsonl part2.jsonl --png curve.png
 set -xeuo pipefail

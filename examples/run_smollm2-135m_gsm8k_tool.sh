@@ -17,11 +17,9 @@
 # multi-turn episodes start from the packaged tool-use warm start (SmolLM2 + its LoRA, merged):
 #   agent-gym export-model --model smollm2-135m-tool --out ~/models/smollm2-135m-tool
 #   MODEL_PATH=~/models/smollm2-135m-tool bash examples/run_smollm2-135m_gsm8k_tool.sh
-# Expected GPU memory (one H200, verl 0.9.1 + vLLM 0.24, step mode, the warm-started model):
-# actor peak ~21.5 GB (micro-batches of 32 samples, no remove-padding, gradient checkpointing on), vLLM
-# gpu_memory_utilization=0.4 of the GPU while generating (asleep while training): a 40 GB+ GPU runs it as
-# is; on 24 GB lower MICRO and gpu_memory_utilization. With 80 GB+, GRAD_CKPT=False cuts the actor update
-# by ~28% per token (actor peak ~43 GB; docs/performance.md).
+# GPU memory: vLLM takes gpu_memory_utilization=0.4 of the GPU while generating (asleep while training);
+# the actor's measured peak is in docs/performance.md. On a small GPU lower MICRO and
+# gpu_memory_utilization; on a large one GRAD_CKPT=False trades memory for a faster actor update.
 # Two GPUs: MICRO=16 bash examples/run_smollm2-135m_gsm8k_tool.sh trainer.n_gpus_per_node=2 (each GPU's share of
 # a mini-batch, 32 x 5 / 2 = 80 rows, must split into micro-batches; the trainer refuses sizes that do not).
 set -xeuo pipefail
