@@ -140,7 +140,7 @@ def export_model(
         FileNotFoundError: ``model`` is neither an existing path nor a reachable hub name.
         ValueError: an unknown ``dtype``.
     """
-    from agent_gym.models import BASE_MODEL, load_causal_lm, load_tokenizer, resolve_model
+    from agent_gym.models import BASE_MODEL, resolve_model
 
     # RL starts from the instruction model itself; the tool-use default is asked for by name.
     model = BASE_MODEL if model is None else model
@@ -150,8 +150,28 @@ def export_model(
     _check_target(target, force)
     resolve_model(model)  # a bad name or path fails before anything loads
 
+    tokenizer, lm = _load(model, dtype)
+    eos, eos_id, stops = _set_end_of_turn(tokenizer)
+    pad_id = tokenizer.pad_token_id
+    generation = _set_stop_ids(lm, stops, eos_id, pad_id)
+    _write_folder(target, lm, generation, tokenizer, eos_id, pad_id)
+    return ExportedModel(
+        path=target,
+        parameters=sum(p.numel() for p in lm.parameters()),
+        dtype=dtype,
+        eos_token=eos,
+        eos_token_id=eos_id,
+        pad_token=tokenizer.pad_token,
+        pad_token_id=pad_id,
+        also_stops=tuple((tokenizer.convert_ids_to_tokens(i), i) for i in stops[1:]),
+    )
+
+
+def _load(model: str | os.PathLike[str], dtype: str) -> tuple[Any, Any]:
+    """A private copy of ``model``'s tokenizer and its weights in ``dtype`` (a LoRA adapter merged in)."""
     import torch
-    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+
+    from agent_gym.models import load_causal_lm, load_tokenizer
 
     # The tokenizer first: it is cheap, and a built-in's is checked as it is read (gemma3-270m's needs
     # transformers>=5.18), before minutes go into the weights.
@@ -159,6 +179,14 @@ def export_model(
     lm = load_causal_lm(model, dtype=getattr(torch, dtype))
     if hasattr(lm, "merge_and_unload"):  # a PEFT model: write the merged weights, not the adapter
         lm = lm.merge_and_unload()
+    return tokenizer, lm
+
+
+def _set_end_of_turn(tokenizer: Any) -> tuple[str, int, list[int]]:
+    """Make the end of turn the tokenizer's eos and give it a distinct pad where the vocabulary has one.
+
+    Returns the end-of-turn token, its id and the ids that stop generation (the end of turn first).
+    """
     eos, eos_id = _end_of_turn(tokenizer)
     # A turn also ends at the tokenizer's own eos where that is another token (a base model with the
     # completion template ends an answer with a blank line, a document with <eos>): config and
@@ -171,7 +199,12 @@ def export_model(
             if candidate != eos and candidate in tokenizer.get_vocab():
                 tokenizer.pad_token = candidate
                 break
-    pad_id = tokenizer.pad_token_id
+    return eos, eos_id, stops
+
+
+def _set_stop_ids(lm: Any, stops: list[int], eos_id: int, pad_id: int | None) -> Any:
+    """Put the stop ids and pad into ``lm``'s config and a generation config; return the latter (also set on ``lm``)."""
+    from transformers import GenerationConfig
 
     config = lm.config
     if len(stops) > 1:
@@ -190,6 +223,16 @@ def export_model(
     if generation.bos_token_id is None and config.bos_token_id is not None:
         generation.bos_token_id = config.bos_token_id
     lm.generation_config = generation
+    return generation
+
+
+def _write_folder(target: Path, lm: Any, generation: Any, tokenizer: Any, eos_id: int, pad_id: int | None) -> None:
+    """Write the folder next to ``target``, check it reads back, then move its files into ``target``.
+
+    A failed export leaves ``target`` as it was; into a non-empty ``target`` (``force``) only the old
+    weight files are removed, other files stay.
+    """
+    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.export-{os.getpid()}")
@@ -214,16 +257,6 @@ def export_model(
             os.replace(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return ExportedModel(
-        path=target,
-        parameters=sum(p.numel() for p in lm.parameters()),
-        dtype=dtype,
-        eos_token=eos,
-        eos_token_id=eos_id,
-        pad_token=tokenizer.pad_token,
-        pad_token_id=pad_id,
-        also_stops=tuple((tokenizer.convert_ids_to_tokens(i), i) for i in stops[1:]),
-    )
 
 
 def _portable(folder: Path) -> None:
