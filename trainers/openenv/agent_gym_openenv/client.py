@@ -27,8 +27,8 @@ from typing import Any, Callable, Mapping, Sequence
 import gymnasium as gym
 import numpy as np
 from openenv.core.client_types import StepResult
-from openenv.core.env_client import EnvClient
 
+from agent_gym_openenv import private
 from agent_gym_openenv.models import ChatObservation, EpisodeState, TokenAction
 
 __all__ = ["ServerError", "AgentGymClient", "RemoteEnv", "remote_env_factory", "fetch_env_info", "wait_for_server"]
@@ -99,15 +99,18 @@ def wait_for_server(base_url: str, timeout_s: float = 60.0) -> dict[str, Any]:
             time.sleep(0.2)
 
 
-class AgentGymClient(EnvClient[Any, ChatObservation, EpisodeState]):
+class AgentGymClient(private.EnvClientBridge[Any, ChatObservation, EpisodeState]):
     """openenv-core's async ``EnvClient`` for an ``agent-gym serve`` server (one instance = one session).
 
     ``step`` takes the generated ids (a list, a numpy array), a ``str`` (the text convenience) or a
     :class:`TokenAction`. ``reset`` takes ``seed``, ``options``, ``task_id`` and ``episode_id``. Errors
     the server answers with raise :class:`ServerError` carrying its code and validation errors.
+
+    openenv-core's hooks are reached through :class:`agent_gym_openenv.private.EnvClientBridge`
+    (``encode_action``, ``decode_result``, ``decode_state``, ``exchange``).
     """
 
-    def _step_payload(self, action: Any) -> dict[str, Any]:
+    def encode_action(self, action: Any) -> dict[str, Any]:
         from agent_gym.trajectory import to_jsonable
 
         if isinstance(action, TokenAction):
@@ -120,26 +123,26 @@ class AgentGymClient(EnvClient[Any, ChatObservation, EpisodeState]):
         # a malformed action.
         return {"token_ids": to_jsonable(action.tolist() if isinstance(action, np.ndarray) else list(action))}
 
-    def _parse_result(self, payload: Mapping[str, Any]) -> StepResult[ChatObservation]:
+    def decode_result(self, payload: Mapping[str, Any]) -> StepResult[ChatObservation]:
         reward = payload.get("reward")
         done = bool(payload.get("done", False))
         observation = ChatObservation.model_validate({**dict(payload.get("observation") or {}), "reward": reward, "done": done})
         return StepResult(observation=observation, reward=reward, done=done)
 
-    def _parse_state(self, payload: Mapping[str, Any]) -> EpisodeState:
+    def decode_state(self, payload: Mapping[str, Any]) -> EpisodeState:
         return EpisodeState.model_validate(dict(payload))
 
-    async def _send_and_receive(self, message: dict[str, Any]) -> dict[str, Any]:
+    async def exchange(self, message: dict[str, Any]) -> dict[str, Any]:
         from websockets.exceptions import ConnectionClosed
 
         try:
-            await self._send(message)
-            response = await self._receive()
+            await private.send(self, message)
+            response = await private.receive(self)
         except ConnectionClosed as exc:
             # A server that refuses a session (CAPACITY_REACHED) says why in one message and closes
             # the connection, which a send may find already closed: that message is the error.
             last = await self._last_message()
-            self._ws = None
+            private.forget_websocket(self)
             if last is not None and last.get("type") == "error":
                 raise ServerError.from_payload(last.get("data") or {}) from None
             raise ServerError(f"the server closed the connection ({exc})", code="CONNECTION_CLOSED") from None
@@ -149,10 +152,11 @@ class AgentGymClient(EnvClient[Any, ChatObservation, EpisodeState]):
 
     async def _last_message(self) -> dict[str, Any] | None:
         """A message the server sent before it closed the connection, if one is still unread."""
-        if self._ws is None:
+        ws = private.websocket(self)
+        if ws is None:
             return None
         try:
-            raw = await asyncio.wait_for(self._ws.recv(), timeout=1.0)
+            raw = await asyncio.wait_for(ws.recv(), timeout=1.0)
             return json.loads(raw)
         except Exception:  # noqa: BLE001 - nothing left to read: the caller reports the closed connection
             return None
@@ -253,7 +257,7 @@ class RemoteEnv(gym.Env):
     def __del__(self) -> None:
         # A RemoteEnv dropped without close() would keep its session (and the server's env) open as
         # long as this process lives: close it in the background (best effort, never blocking).
-        if getattr(self, "_closed", True) or getattr(self.client, "_ws", None) is None:
+        if getattr(self, "_closed", True) or private.websocket(self.client) is None:
             return
         self._closed = True
         try:
