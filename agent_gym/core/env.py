@@ -20,7 +20,7 @@ import copy
 import json
 from abc import abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Generic, Mapping, Sequence, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, Mapping, Sequence, TypeVar, cast
 
 import gymnasium as gym
 import numpy as np
@@ -33,6 +33,9 @@ from agent_gym.core.spaces import ChatContextSpace, TokenSequence
 from agent_gym.core.types import Observation, ResetInfo, StepInfo
 from agent_gym.models import load_tokenizer
 from agent_gym.tools import ParsedResponse, Tool, ToolExecutor, ToolResult, get_parser
+
+if TYPE_CHECKING:
+    from agent_gym.tools.mcp import MCPToolset
 
 __all__ = ["AgentEnv", "Turn", "EnvReply", "Grade", "ObsType", "TaskT"]
 
@@ -115,6 +118,8 @@ class AgentEnv(gym.Env[Observation, np.ndarray], Generic[TaskT]):
             truncates the episode.
         max_action_tokens: the longest action accepted; longer actions are invalid.
         tools: tools offered to the policy (empty: every response is final).
+        mcp_servers: MCP servers whose tools are offered too, after ``tools``:
+            ``[{"command": [...]}, {"url": ...}]`` (see docs/mcp.md). Needs the ``mcp`` extra.
         tool_format: how tool calls are written and the tools offered: a format registered in
             :data:`agent_gym.tools.PARSERS` (``"hermes"``, ``"qwen3_coder"``, ``"pythonic"``) or a
             parser object. A format that cannot express the tools raises ``ValueError`` here.
@@ -144,6 +149,7 @@ class AgentEnv(gym.Env[Observation, np.ndarray], Generic[TaskT]):
         max_action_tokens: int = 1024,
         tools: Sequence[Tool] = (),
         tool_format: str = "hermes",
+        mcp_servers: Sequence[Mapping[str, Any]] = (),
         chat_template: str | None = None,
         render_mode: str | None = None,
         **unknown: Any,
@@ -169,6 +175,13 @@ class AgentEnv(gym.Env[Observation, np.ndarray], Generic[TaskT]):
         self.max_turns = int(max_turns)
         self.max_context_tokens = int(max_context_tokens)
         self.max_action_tokens = int(max_action_tokens)
+        #: the MCP servers' tools and sessions (``None`` without ``mcp_servers``; the SDK is imported only then)
+        self.mcp: MCPToolset | None = None
+        if mcp_servers:
+            from agent_gym.tools.mcp import MCPToolset
+
+            self.mcp = MCPToolset(mcp_servers, tool_format)
+            tools = [*tools, *self.mcp.tools]
         self.tools: list[Tool] = list(tools)
         self.parser = get_parser(tool_format, tools=[t.schema() for t in self.tools])
         #: The name of the tool-call format (``self.parser.name``).
@@ -256,6 +269,9 @@ class AgentEnv(gym.Env[Observation, np.ndarray], Generic[TaskT]):
             self.task = self.get_task(str(options["task_id"]))
         else:
             self.task = self.sample_task(self.np_random)
+        if self.mcp is not None:  # this episode's MCP sessions (the previous episode's are closed)
+            self.mcp.start_episode()
+            self.executor = self.mcp.executor(self.executor)
         tools = [t.schema() for t in self.tools]
         self.context = ChatContext.start(self.template, self.initial_messages(self.task), tools)
         self._turn = 0
@@ -282,6 +298,13 @@ class AgentEnv(gym.Env[Observation, np.ndarray], Generic[TaskT]):
         turn, problem = self._begin_step(action)
         reply = self._invalid_reply(problem) if turn is None else await self.arespond(turn)
         return self._finish_step(turn, reply)
+
+    def close(self) -> None:
+        """Close the MCP sessions (their server processes are gone when this returns)."""
+        mcp = getattr(self, "mcp", None)  # absent when __init__ failed early
+        if mcp is not None:
+            mcp.close()
+        super().close()
 
     def render(self) -> str | None:
         if self.render_mode is None or self.context is None:
@@ -438,6 +461,9 @@ class AgentEnv(gym.Env[Observation, np.ndarray], Generic[TaskT]):
             if turn is not None:
                 self._turn -= 1
             return self._render_failure(ctx, exc)
+        finally:
+            if self._done and self.mcp is not None:
+                self.mcp.end_episode()  # a stateful MCP server starts fresh next episode
 
     def _render_failure(self, ctx: ChatContext, exc: Exception) -> tuple[Observation, float, bool, bool, StepInfo]:
         info: dict[str, Any] = {"task_id": self.task_id_of(self.task), "turn": self._turn, **self._counts}
