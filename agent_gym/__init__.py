@@ -32,6 +32,11 @@ _LAZY = {
     "load_tokenizer": "agent_gym.models",
     "Tool": "agent_gym.tools",
     "tool": "agent_gym.tools",
+    "EnvSnapshot": "agent_gym.core.snapshot",
+    "SnapshotError": "agent_gym.core.snapshot",
+    "fork": "agent_gym.core.snapshot",
+    "restore": "agent_gym.core.snapshot",
+    "replay": "agent_gym.rollout.replay",
     "Trajectory": "agent_gym.trajectory",
     "StepRecord": "agent_gym.trajectory",
 }

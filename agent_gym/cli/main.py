@@ -100,6 +100,11 @@ examples:
   agent-gym eval AgentR1/GSM8KTool-v0 --split test --in-order --episodes 1319 --model DIR --backend vllm"""
 
 
+_REPLAY_EPILOG = """examples:
+  agent-gym replay runs/AgentR1_GSM8KTool-v0-20261205-101500.jsonl
+  agent-gym replay runs/x.jsonl.gz --tools recorded      # tools answered from the recording"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``agent-gym`` (exposed for documentation tools and tests): the core's
     subcommands and those of the installed adapters."""
@@ -162,6 +167,21 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, BaseException | 
     p.add_argument("--json", action="store_true", help="print the summary as JSON (and nothing else) on stdout")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (it goes to stderr)")
     p.set_defaults(func=_cmd_eval)
+
+    p = sub.add_parser(
+        "replay", help="replay recorded episodes and report the first step that differs",
+        description="Make each recorded episode's env again (same id, arguments, tokenizer, task, seed), play the "
+        "recorded actions, and check every step's prompt ids, reward, flags and info against the recording: "
+        "'matched', or where it diverged first. Exit status 0 when every episode matched, 1 otherwise.",
+        epilog=_REPLAY_EPILOG, formatter_class=formatter,
+    )
+    p.add_argument("trajectories", help="a trajectory file (.jsonl or .jsonl.gz, as `agent-gym eval` writes them)")
+    p.add_argument("--tools", choices=("live", "recorded"), default="live",
+                   help="live: run the tools again; recorded: answer every tool call with the recorded answer "
+                   "(no sandbox, server or network) (default: %(default)s)")
+    p.add_argument("--tokenizer", default=None,
+                   help="make the envs with this tokenizer (a model name or folder) instead of the recorded one")
+    p.set_defaults(func=_cmd_replay)
     from agent_gym.cli.scaffold import add_parser as add_new_env_parser
 
     add_new_env_parser(sub, formatter)
@@ -376,6 +396,25 @@ def _jsonable(value: Any) -> Any:
 def _default_out(env_id: str) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return Path("runs") / f"{env_id.replace('/', '_')}-{stamp}.jsonl"
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from agent_gym.rollout.replay import replay_one
+    from agent_gym.trajectory import read_trajectories
+
+    path = Path(args.trajectories)
+    if not path.is_file():
+        raise UsageError(f"no trajectory file {path}")
+    trajectories = user_errors(lambda: list(read_trajectories(path)))
+    if not trajectories:
+        raise UsageError(f"{path} holds no trajectory")
+    matched = 0
+    for trajectory in trajectories:
+        report = user_errors(lambda: replay_one(trajectory, tools=args.tools, tokenizer=args.tokenizer))
+        matched += report.matched
+        print(report.line(), flush=True)
+    print(f"{matched} of {len(trajectories)} episodes matched ({args.tools} tools)")
+    return 0 if matched == len(trajectories) else 1
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:

@@ -6,8 +6,10 @@ gymnasium 1.0 no longer forward unknown attributes. So without help ``env.astep`
 ``env.unwrapped``, and calling it there would skip what the wrappers do (order checks, step limits,
 reward shaping).
 
-This module is the one place that changes gymnasium: :func:`install` gives ``gymnasium.Wrapper`` an
-``astep`` method (it adds the attribute, never replaces one). For a wrapper layer it does what the
+This module is the one place that changes gymnasium or reads its private attributes: :func:`install`
+gives ``gymnasium.Wrapper`` an ``astep`` method (it adds the attribute, never replaces one), and
+:func:`mark_reset` tells a fresh wrapper stack that an episode is under way (a restored snapshot's:
+``OrderEnforcing._has_reset``, ``TimeLimit._elapsed_steps``, ``PassiveEnvChecker._previous_data``). For a wrapper layer it does what the
 layer's ``step`` would do, awaiting the layer below instead of blocking:
 
 - a layer whose ``step`` is ``Wrapper.step`` itself (it only forwards) awaits the inner layer's
@@ -32,7 +34,7 @@ import gymnasium as gym
 from gymnasium.error import ResetNeeded
 from gymnasium.wrappers import common
 
-__all__ = ["astep", "install"]
+__all__ = ["astep", "install", "mark_reset"]
 
 StepResult = tuple[Any, Any, bool, bool, dict[str, Any]]
 
@@ -127,3 +129,20 @@ def install() -> None:
     """Give ``gymnasium.Wrapper`` its ``astep`` (idempotent; never replaces an existing attribute)."""
     if "astep" not in vars(gym.Wrapper):
         gym.Wrapper.astep = _wrapper_astep  # type: ignore[attr-defined]
+
+
+def mark_reset(env: Any, steps: int = 0) -> None:
+    """Tell gymnasium's wrappers around ``env`` that an episode is under way, ``steps`` steps in (an
+    episode restored from a snapshot, which their ``reset`` never saw): ``OrderEnforcing`` lets ``step``
+    through, ``TimeLimit`` counts from ``steps``, ``PassiveEnvChecker`` has a reset result to compare its first step with."""
+    layer = env
+    while isinstance(layer, gym.Wrapper):
+        if isinstance(layer, common.OrderEnforcing):
+            layer._has_reset = True
+        elif isinstance(layer, common.TimeLimit):
+            layer._elapsed_steps = steps  # type: ignore[assignment]
+        elif isinstance(layer, common.PassiveEnvChecker) and layer._previous_data is None:
+            # Its first step checks that the env returns new objects, not those of the reset it saw:
+            # none was seen, so it compares with fresh ones.
+            layer._previous_data = ({}, {})
+        layer = layer.env

@@ -20,7 +20,7 @@ import copy
 import json
 from abc import abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, Mapping, Sequence, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Mapping, Sequence, TypeVar, cast
 
 import gymnasium as gym
 import numpy as np
@@ -35,6 +35,7 @@ from agent_gym.models import load_tokenizer
 from agent_gym.tools import ParsedResponse, Tool, ToolExecutor, ToolResult, get_parser
 
 if TYPE_CHECKING:
+    from agent_gym.core.snapshot import EnvSnapshot
     from agent_gym.tools.mcp import MCPToolset
 
 __all__ = ["AgentEnv", "Turn", "EnvReply", "Grade", "ObsType", "TaskT"]
@@ -138,6 +139,9 @@ class AgentEnv(gym.Env[Observation, np.ndarray], Generic[TaskT]):
     """
 
     metadata: dict[str, Any] = {"render_modes": ["ansi", "human"], "render_fps": 1}  # noqa: RUF012 - gymnasium's
+    #: The instance attributes that hold an episode beyond the base class's (a game's board, its
+    #: counters): :meth:`snapshot` deep-copies them, :meth:`restore` puts them back.
+    episode_state: ClassVar[tuple[str, ...]] = ()
 
     @ends_kwargs_chain
     def __init__(
@@ -306,6 +310,52 @@ class AgentEnv(gym.Env[Observation, np.ndarray], Generic[TaskT]):
             mcp.close()
         super().close()
 
+    # -- state as data ---------------------------------------------------------------------------------
+
+    def snapshot(self) -> EnvSnapshot:
+        """The whole episode as picklable data (:mod:`agent_gym.core.snapshot`).
+
+        Returns:
+            An :class:`~agent_gym.core.snapshot.EnvSnapshot`: ``restore`` on a fresh env of the same id
+            and arguments continues the episode identically, in this process or another.
+
+        Raises:
+            SnapshotError: before ``reset``, or when the env or one of its tools cannot be copied (the
+                message says why: :meth:`fork_blocker`).
+        """
+        from agent_gym.core.snapshot import snapshot
+
+        return snapshot(self)
+
+    def restore(self, snap: EnvSnapshot) -> None:
+        """Continue the episode of ``snap`` (taken from an env of the same id and arguments).
+
+        Through ``gym.make``'s wrappers, use :func:`agent_gym.restore` (or ``reset()`` once first): gymnasium's
+        ``OrderEnforcing`` refuses ``step`` on an env it never saw reset.
+
+        Raises:
+            SnapshotError: a snapshot of another env, or tool state that cannot be rebuilt.
+        """
+        from agent_gym.core.snapshot import restore_into
+
+        restore_into(self, snap)
+
+    def fork_blocker(self) -> str | None:
+        """Why this env's episode cannot be copied, or ``None`` when it can: a tool's own reason (its
+        ``fork_blocker()``), or MCP servers that keep state. Subclasses with state no snapshot can hold
+        extend it."""
+        for t in self.tools:
+            blocker = getattr(t, "fork_blocker", None)
+            reason = blocker() if callable(blocker) else None
+            if reason:
+                return str(reason)
+        if self.mcp is not None:
+            stateful = [s.config.label for s in self.mcp.servers if not s.config.read_only]
+            if stateful:
+                return (f"the MCP server(s) {', '.join(stateful)} keep state in their sessions, which a snapshot cannot "
+                        "copy; declare a server read_only=True if it keeps none")
+        return None
+
     def render(self) -> str | None:
         if self.render_mode is None or self.context is None:
             return None
@@ -428,7 +478,8 @@ class AgentEnv(gym.Env[Observation, np.ndarray], Generic[TaskT]):
         messages = [
             {"role": "tool", "content": r.content, "tool_call_id": r.call_id, "name": r.name} for r in results
         ]
-        return EnvReply(messages=messages, info={"tool_results": [r.error_kind or "ok" for r in results]})
+        info = {"tool_results": [r.error_kind or "ok" for r in results], "tool_outputs": [r.content for r in results]}
+        return EnvReply(messages=messages, info=info)
 
     def _final_reply(self, turn: Turn) -> EnvReply:
         assert self.task is not None  # a step follows a reset

@@ -92,6 +92,9 @@ class StepInfo(TypedDict):
     """How many ids the action held after its first end-of-turn id (cut: not graded, not appended)."""
     tool_results: NotRequired[list[str]]
     """This step's tool calls, each ``"ok"`` or its error kind."""
+    tool_outputs: NotRequired[list[str]]
+    """What each of this step's tool calls answered (the tool turns' text), in call order: what
+    :func:`agent_gym.replay` serves with ``tools="recorded"``."""
 
 
 #: ``reset``'s return value: ``(observation, info)``.

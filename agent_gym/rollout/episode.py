@@ -30,7 +30,7 @@ from agent_gym.core.async_step import astep
 from agent_gym.rollout.policy import Generation
 from agent_gym.trajectory import StepRecord, Trajectory
 
-__all__ = ["EndEpisode", "GenerateFn", "play_episode", "env_id_of"]
+__all__ = ["EndEpisode", "GenerateFn", "play_episode", "env_id_of", "replay_metadata"]
 
 #: ``async (prompt_ids) -> Generation``: the policy's continuation of the env's prompt ids.
 GenerateFn = Callable[[list[int]], Awaitable[Generation]]
@@ -99,7 +99,8 @@ async def play_episode(
         stopped before the env ended it) and ``metadata`` with ``finish_reasons`` (one per step),
         ``truncated_reason`` (``None`` when the env ended the episode; else ``"max_steps"``, the
         :class:`EndEpisode` reason, or the env's own ``info["truncated_reason"]``), ``reset_s``,
-        ``generate_s`` and ``env_s`` (seconds spent in each), merged with ``metadata``.
+        ``generate_s`` and ``env_s`` (seconds spent in each), what :func:`replay_metadata` records for
+        an exact replay, merged with ``metadata``.
     """
     obs, reset_info, reset_s = await _reset(env, seed=seed, task_id=task_id, options=options)
     trajectory_id = trajectory_id or uuid.uuid4().hex
@@ -120,9 +121,44 @@ async def play_episode(
             "reset_s": reset_s,
             "generate_s": played.generate_s,
             "env_s": played.env_s,
+            **replay_metadata(env, options),
             **dict(metadata or {}),
         },
     )
+
+
+def replay_metadata(env: Any, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """What :func:`agent_gym.replay` needs to make the env again: ``env_kwargs`` (the constructor
+    arguments but the tokenizer, when they are JSON values; else ``env_kwargs_unrecorded`` says which is
+    not), ``tokenizer`` (its ``name_or_path``) and ``reset_options`` (a task given as a dict)."""
+    import json
+
+    base = getattr(env, "unwrapped", env)
+    spec = getattr(base, "spec", None)
+    out: dict[str, Any] = {}
+    if spec is not None:
+        kwargs = {k: v for k, v in spec.kwargs.items() if k != "tokenizer"}
+        try:
+            json.dumps(kwargs)
+            out["env_kwargs"] = kwargs
+        except (TypeError, ValueError):
+            out["env_kwargs_unrecorded"] = sorted(k for k, v in kwargs.items() if not _is_json(v))
+    name = getattr(getattr(base, "tokenizer", None), "name_or_path", None)
+    if name:
+        out["tokenizer"] = str(name)
+    if options and "task" in options:
+        out["reset_options"] = {"task": options["task"]}
+    return out
+
+
+def _is_json(value: Any) -> bool:
+    import json
+
+    try:
+        json.dumps(value)
+        return True
+    except (TypeError, ValueError):
+        return False
 
 
 async def _reset(

@@ -12,6 +12,7 @@ executor shows to the policy as ``Error: <output and traceback>`` (kind ``except
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -92,6 +93,7 @@ class PythonTool(Tool):
         self.prelude = prelude
         self._session: SandboxSession | None = None
         self.results: list[SandboxResult] = []
+        self.cells: list[str] = []  # this episode's code, in order: what a restored session re-runs
 
     def new_episode(self, *, files: Mapping[str, str] | None = None, prelude: str | None = None) -> None:
         """Forget the previous episode (its session is closed) and set this episode's files/prelude."""
@@ -101,6 +103,7 @@ class PythonTool(Tool):
         if prelude is not None:
             self.prelude = prelude
         self.results = []
+        self.cells = []
 
     async def arun_code(self, code: str) -> SandboxResult:
         """Run ``code`` for the current episode; never raises for anything the code does."""
@@ -111,7 +114,43 @@ class PythonTool(Tool):
         else:
             result = await self.sandbox.arun(code, files=self.files or None, prelude=self.prelude)
         self.results.append(result)
+        self.cells.append(code)
         return result
+
+    # -- env state as data (agent_gym.core.snapshot) ---------------------------------------------------
+
+    def snapshot_state(self) -> dict[str, Any]:
+        """This episode's files, prelude and cells with their outputs: a stateful session cannot be
+        copied, so a restore re-runs the cells in a fresh one and checks that each gives the same output."""
+        return {
+            "files": dict(self.files),
+            "prelude": self.prelude,
+            "cells": list(self.cells),
+            "outputs": [r.text() for r in self.results],
+        }
+
+    def restore_state(self, state: Mapping[str, Any]) -> None:
+        """Start this tool's episode over as ``state`` left it (see :meth:`snapshot_state`).
+
+        Raises:
+            SnapshotError: a re-run cell printed something else than it did (the code is not
+                deterministic: time, randomness, the file system), so the session would differ.
+        """
+        from agent_gym.core.snapshot import SnapshotError
+        from agent_gym.rollout.async_runner import run_sync
+
+        self.new_episode(files=state["files"], prelude=state["prelude"])
+        if not self.stateful:
+            self.cells = list(state["cells"])  # each call ran in a fresh interpreter: nothing to rebuild
+            return
+        for k, (code, expected) in enumerate(zip(state["cells"], state["outputs"])):
+            result: SandboxResult = run_sync(functools.partial(self.arun_code, code))
+            if result.text() != expected:
+                self.close()
+                raise SnapshotError(
+                    f"re-running cell {k + 1} of the episode in a fresh sandbox printed {result.text()[:200]!r}, "
+                    f"not {expected[:200]!r}: the cells are not deterministic, so this stateful session cannot be restored"
+                )
 
     async def run(self, code: str) -> str:  # type: ignore[override]
         result = await self.arun_code(code)

@@ -99,6 +99,9 @@ class GameEnv(AgentEnv):
     title: ClassVar[str] = ""
     #: Difficulty presets; each has a ``max_turns``.
     levels: ClassVar[Mapping[str, Any]] = {}
+    #: The game's episode: the board (with its own random generator, for slippery ice), the exchanges a
+    #: rewritten context keeps, the counters, the shaping potential and the opening (see AgentEnv.snapshot).
+    episode_state: ClassVar[tuple[str, ...]] = ("state", "_exchanges", "_stats", "_potential", "_opening")
 
     def __init__(
         self,
