@@ -27,6 +27,7 @@ from agent_gym.rollout.driver import RolloutResult, run_episodes
 from agent_gym.rollout.episode import EndEpisode, play_episode
 from agent_gym.rollout.policy import AsyncPolicy, Generation, Policy, ScriptedPolicy
 from agent_gym.rollout.pool import EnvPool
+from agent_gym.rollout.tree import play_tree, tree_advantages
 
 __all__ = [
     "AsyncPolicy",
@@ -39,7 +40,9 @@ __all__ = [
     "RolloutResult",
     "ScriptedPolicy",
     "play_episode",
+    "play_tree",
     "run_episodes",
+    "tree_advantages",
 ]
 
 
