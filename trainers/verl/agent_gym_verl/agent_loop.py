@@ -37,14 +37,20 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections import defaultdict
-from typing import Any, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Mapping
 from uuid import uuid4
 
 import gymnasium as gym
 import numpy as np
 
-from agent_gym_verl import compat
+from agent_gym_verl import compat  # first: it runs verl's trl check before anything imports transformers
+
+from agent_gym.rollout.pool import EnvPool, PoolKey
+
+if TYPE_CHECKING:
+    from agent_gym.rollout.episode import GenerateFn
+    from agent_gym.trajectory import Trajectory
 
 logger = logging.getLogger(__name__)
 logger.setLevel(os.getenv("VERL_LOGGING_LEVEL", "WARN"))
@@ -65,14 +71,94 @@ STEPS_KEY = "agent_gym_steps"
 #: Idle envs kept per (env id, kwargs, tokenizer) in one worker process.
 MAX_POOLED_ENVS = 1024
 
-# (env_id, kwargs json, id(tokenizer)) -> idle envs. Module level: shared by all agent-loop instances of
-# a worker process (verl makes one agent-loop instance per sample). An env is in the pool only while no
-# episode runs on it, so two trajectories never share one.
-_ENV_POOL: dict[tuple[str, str, int], list[gym.Env]] = defaultdict(list)
+# Idle envs by (env_id, kwargs json, id(tokenizer)): agent_gym's one env pool. Module level: shared by
+# all agent-loop instances of a worker process (verl makes one agent-loop instance per sample). An env is
+# in the pool only while no episode runs on it, so two trajectories never share one.
+_ENV_POOL = EnvPool(max_idle=MAX_POOLED_ENVS)
 
 
 #: How step mode cuts a trajectory into training samples (``agent_gym.samples``; default ``"segment"``).
 SAMPLE_KINDS = ("segment", "step")
+
+
+@dataclass
+class _SampleLayout:
+    """A trajectory cut into training samples: the samples (``token_rewards`` still to place), and per
+    sample the trajectory step of each response id and whether the policy generated it (1) or the env (0);
+    ``sample_of_step`` maps each trajectory step to the sample that holds it."""
+
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    ids: list[tuple[list[int], list[int]]] = field(default_factory=list)
+    sample_of_step: dict[int, int] = field(default_factory=dict)
+
+
+def _step_layout(trajectory: Any) -> _SampleLayout:
+    """One sample per env step (``"step"``): the step's whole context as prompt, its action as response."""
+    layout = _SampleLayout()
+    for k, record in enumerate(trajectory.steps):
+        n = len(record.response_ids)
+        layout.sample_of_step[k] = len(layout.samples)
+        layout.samples.append(
+            {
+                "trajectory_id": trajectory.id,
+                "step": record.step,
+                "prompt_ids": np.asarray(record.prompt_ids, dtype=np.int64),
+                "response_ids": np.asarray(record.response_ids, dtype=np.int64),
+                "logprobs": None if record.response_logprobs is None else np.asarray(record.response_logprobs, dtype=np.float32),
+                "reward": record.reward,
+                "new_segment": record.new_segment,
+            }
+        )
+        layout.ids.append(([k] * n, [1] * n))
+    return layout
+
+
+def _segment_layout(trajectory: Any) -> _SampleLayout:
+    """One sample per segment (``"segment"``): its first prompt, then every action and env turn after it."""
+    layout = _SampleLayout()
+    for number, segment in enumerate(trajectory.segments()):
+        layout.sample_of_step.update((k, number) for k in segment.steps)
+        layout.samples.append(
+            {
+                "trajectory_id": trajectory.id,
+                "step": number,
+                "steps": [segment.steps.start, segment.steps.stop],
+                "prompt_ids": np.asarray(segment.prompt_ids, dtype=np.int64),
+                "response_ids": np.asarray(segment.response_ids, dtype=np.int64),
+                "response_mask": np.asarray(segment.response_mask, dtype=np.int64),
+                "logprobs": None if segment.response_logprobs is None else np.asarray(segment.response_logprobs, dtype=np.float32),
+                "reward": float(sum(trajectory.steps[k].reward for k in segment.steps)),
+            }
+        )
+        layout.ids.append((list(segment.step_index), list(segment.response_mask)))
+    return layout
+
+
+def _place_rewards(trajectory: Any, layout: _SampleLayout) -> tuple[list[np.ndarray], list[float]]:
+    """Each sample's token rewards and its ``unplaced_reward``, as :func:`step_samples` describes them."""
+    # Where each step's policy ids are: step -> (sample, position) of its first and of its last one.
+    first: dict[int, tuple[int, int]] = {}
+    last: dict[int, tuple[int, int]] = {}
+    for s, (index, mask) in enumerate(layout.ids):
+        for i, (step, m) in enumerate(zip(index, mask)):
+            if m:
+                first.setdefault(step, (s, i))
+                last[step] = (s, i)
+    rewards = [np.zeros(len(index), dtype=np.float32) for index, _ in layout.ids]
+    unplaced = [0.0] * len(layout.samples)
+    for k, record in enumerate(trajectory.steps):
+        where: tuple[int, int] | None
+        if k in last:
+            where = last[k]
+        else:  # an empty action: the nearest policy id before it, else after it
+            before = [j for j in last if j < k]
+            after = [j for j in first if j > k]
+            where = last[max(before)] if before else first[min(after)] if after else None
+        if where is None:  # no policy id in the whole trajectory
+            unplaced[layout.sample_of_step[k]] += record.reward
+        else:
+            rewards[where[0]][where[1]] += record.reward
+    return rewards, unplaced
 
 
 def step_samples(trajectory: Any, kind: str = "segment") -> list[dict[str, Any]]:
@@ -96,67 +182,12 @@ def step_samples(trajectory: Any, kind: str = "segment") -> list[dict[str, Any]]
     """
     if kind not in SAMPLE_KINDS:
         raise ValueError(f"sample kind must be one of {SAMPLE_KINDS}, got {kind!r}")
-    samples: list[dict[str, Any]] = []
-    # Per sample: the trajectory step of each response id, and which ids the policy generated.
-    layout: list[tuple[list[int], list[int]]] = []
-    sample_of_step: dict[int, int] = {}
-    if kind == "step":
-        for k, record in enumerate(trajectory.steps):
-            n = len(record.response_ids)
-            sample_of_step[k] = len(samples)
-            samples.append(
-                {
-                    "trajectory_id": trajectory.id,
-                    "step": record.step,
-                    "prompt_ids": np.asarray(record.prompt_ids, dtype=np.int64),
-                    "response_ids": np.asarray(record.response_ids, dtype=np.int64),
-                    "logprobs": None if record.response_logprobs is None else np.asarray(record.response_logprobs, dtype=np.float32),
-                    "reward": record.reward,
-                    "new_segment": record.new_segment,
-                }
-            )
-            layout.append(([k] * n, [1] * n))
-    else:
-        for number, segment in enumerate(trajectory.segments()):
-            sample_of_step.update((k, number) for k in segment.steps)
-            samples.append(
-                {
-                    "trajectory_id": trajectory.id,
-                    "step": number,
-                    "steps": [segment.steps.start, segment.steps.stop],
-                    "prompt_ids": np.asarray(segment.prompt_ids, dtype=np.int64),
-                    "response_ids": np.asarray(segment.response_ids, dtype=np.int64),
-                    "response_mask": np.asarray(segment.response_mask, dtype=np.int64),
-                    "logprobs": None if segment.response_logprobs is None else np.asarray(segment.response_logprobs, dtype=np.float32),
-                    "reward": float(sum(trajectory.steps[k].reward for k in segment.steps)),
-                }
-            )
-            layout.append((list(segment.step_index), list(segment.response_mask)))
-    # Where each step's policy ids are: step -> (sample, position) of its first and of its last one.
-    first: dict[int, tuple[int, int]] = {}
-    last: dict[int, tuple[int, int]] = {}
-    for s, (index, mask) in enumerate(layout):
-        for i, (step, m) in enumerate(zip(index, mask)):
-            if m:
-                first.setdefault(step, (s, i))
-                last[step] = (s, i)
-    rewards = [np.zeros(len(index), dtype=np.float32) for index, _ in layout]
-    unplaced = [0.0] * len(samples)
-    for k, record in enumerate(trajectory.steps):
-        if k in last:
-            where = last[k]
-        else:  # an empty action: the nearest policy id before it, else after it
-            before = [j for j in last if j < k]
-            after = [j for j in first if j > k]
-            where = last[max(before)] if before else first[min(after)] if after else None
-        if where is None:  # no policy id in the whole trajectory
-            unplaced[sample_of_step[k]] += record.reward
-        else:
-            rewards[where[0]][where[1]] += record.reward
-    for sample, token_rewards, left in zip(samples, rewards, unplaced):
+    layout = _step_layout(trajectory) if kind == "step" else _segment_layout(trajectory)
+    rewards, unplaced = _place_rewards(trajectory, layout)
+    for sample, token_rewards, left in zip(layout.samples, rewards, unplaced):
         sample["token_rewards"] = token_rewards
         sample["unplaced_reward"] = left
-    return samples
+    return layout.samples
 
 
 def tool_call_counts(trajectory: Any) -> tuple[int, int]:
@@ -197,6 +228,55 @@ def _scalar(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()
     return value
+
+
+@dataclass
+class _Row:
+    """The one row verl gets for an episode: its prompt, response, response mask and log-probs."""
+
+    prompt: list[int]
+    response: list[int]
+    mask: list[int]
+    logprobs: list[float] | None
+
+
+def _first_step_row(trajectory: Trajectory) -> _Row:
+    """Step mode's row: the trajectory's first step (the samples travel in ``extra_fields``)."""
+    first = trajectory.steps[0]
+    response = list(first.response_ids)
+    logprobs = None if first.response_logprobs is None else list(first.response_logprobs)
+    return _Row(list(first.prompt_ids), response, [1] * len(response), logprobs)
+
+
+def _episode_fields(
+    trajectory: Trajectory, *, request_id: str, env_id: str, task_id: Any, turns: int, truncated_reason: str | None
+) -> dict[str, Any]:
+    """The row's ``extra_fields``: the episode's ids, turns, reward components and truncation, and the
+    ``reward_extra_info`` verl reports per data source in validation."""
+    last_info = trajectory.final_info
+    calls_valid, calls_answered = tool_call_counts(trajectory)
+    components = {str(k): float(v) for k, v in (last_info.get("reward_components") or {}).items()}
+    correct = last_info.get("correct")
+    return {
+        "agent_gym_trajectory_id": request_id,
+        "agent_gym_env_id": env_id,
+        "agent_gym_task_id": None if task_id is None else str(task_id),
+        "agent_gym_turns": turns,
+        "agent_gym_reward_components": components,
+        "agent_gym_truncated_reason": truncated_reason,
+        # verl puts these in non_tensor_batch and reports them per data source in validation.
+        "reward_extra_info": {
+            "acc": float(bool(correct)),
+            "turns": float(turns),
+            "tool_calls": float(last_info.get("tool_calls", 0)),
+            "tool_errors": float(last_info.get("tool_errors", 0)),
+            # Tool-call validity = sum(tool_calls_valid) / sum(tool_calls_answered) over episodes.
+            "tool_calls_valid": float(calls_valid),
+            "tool_calls_answered": float(calls_answered),
+            "format_errors": float(last_info.get("format_errors", 0)),
+            "truncated": float(truncated_reason is not None),
+        },
+    }
 
 
 class AgentGymAgentLoop(compat.AgentLoopBase):
@@ -245,22 +325,8 @@ class AgentGymAgentLoop(compat.AgentLoopBase):
             return {"max_action_tokens": self.response_length, "max_context_tokens": self.prompt_length}
         return {"max_action_tokens": self.response_length, "max_context_tokens": self.prompt_length + self.response_length}
 
-    def _acquire_env(self, env_id: str, env_kwargs: dict[str, Any]) -> tuple[tuple[str, str, int], gym.Env]:
-        from agent_gym.registry import require_env  # importing agent_gym registers every installed env package
-
-        require_env(env_id)  # a clear error naming any env package that failed to register in this worker
-        make_kwargs = {**self._env_defaults(), **env_kwargs}
-        key = (env_id, json.dumps(make_kwargs, sort_keys=True, default=str), id(self.tokenizer))
-        pool = _ENV_POOL[key]
-        if pool:
-            return key, pool.pop()
-        return key, gym.make(env_id, tokenizer=self.tokenizer, **make_kwargs)
-
-    @staticmethod
-    def _release_env(key: tuple[str, str, int], env: gym.Env) -> None:
-        pool = _ENV_POOL[key]
-        if len(pool) < MAX_POOLED_ENVS:
-            pool.append(env)
+    def _acquire_env(self, env_id: str, env_kwargs: dict[str, Any]) -> tuple[PoolKey, gym.Env]:
+        return _ENV_POOL.acquire(env_id, {**self._env_defaults(), **env_kwargs}, tokenizer=self.tokenizer)
 
     def _pad_id(self) -> int:
         for value in (getattr(self.tokenizer, "pad_token_id", None), getattr(self.tokenizer, "eos_token_id", None)):
@@ -278,18 +344,68 @@ class AgentGymAgentLoop(compat.AgentLoopBase):
         except BaseException:
             env.close()  # state unknown: do not reuse
             raise
-        self._release_env(key, env)
+        _ENV_POOL.release(key, env)
         return output
 
     async def _run_episode(
         self, env: gym.Env, env_id: str, extra: Mapping[str, Any], sampling_params: dict[str, Any], kwargs: Mapping[str, Any]
     ) -> compat.AgentLoopOutput:
-        from agent_gym.rollout.episode import EndEpisode, play_episode
-        from agent_gym.rollout.policy import Generation
+        from agent_gym.rollout.episode import play_episode
 
         task_id = _scalar(extra.get("task_id"))
         index = _scalar(kwargs.get("index"))
         request_id = uuid4().hex  # one per trajectory: sticky server, prefix cache
+        step_mode = self.mode == "step"
+        trajectory = await play_episode(
+            env,
+            self._generate_fn(env_id, task_id, request_id, sampling_params),
+            seed=None if task_id is not None or index is None else int(index),
+            task_id=None if task_id is None else str(task_id),
+            trajectory_id=request_id,
+            env_id=env_id,
+            max_steps=self.max_steps,
+        )
+        if not trajectory.steps:
+            raise RuntimeError(f"{env_id}: the episode made no step (max_steps={self.max_steps})")
+        truncated_reason: str | None = trajectory.metadata["truncated_reason"]
+        steps: list[dict[str, Any]] | None = None
+        if step_mode:
+            steps = step_samples(trajectory, self.samples)
+            row = _first_step_row(trajectory)
+        else:
+            row, truncated_reason = self._concat_row(trajectory, env_id, truncated_reason)
+        if not row.response:
+            row = self._padding_response(row)
+
+        turns = int(trajectory.final_info.get("turn", len(trajectory.steps) if step_mode else 0))
+        extra_fields = _episode_fields(
+            trajectory, request_id=request_id, env_id=env_id, task_id=task_id, turns=turns, truncated_reason=truncated_reason
+        )
+        if steps is not None:
+            extra_fields[STEPS_KEY] = steps
+        done = trajectory.steps[-1].terminated or trajectory.steps[-1].truncated
+        # verl's meaning of turns: chat turns incl. the first user turn, assistant turns and env replies.
+        env_turns = len(trajectory.steps) - (1 if done else 0)
+        return compat.AgentLoopOutput(
+            prompt_ids=row.prompt,
+            response_ids=row.response,
+            response_mask=row.mask,
+            response_logprobs=row.logprobs,
+            reward_score=trajectory.return_,
+            num_turns=1 + turns + env_turns,
+            metrics=compat.make_metrics(
+                generate_sequences=trajectory.metadata["generate_s"], tool_calls=trajectory.metadata["env_s"]
+            ),
+            extra_fields=extra_fields,
+        )
+
+    def _generate_fn(self, env_id: str, task_id: Any, request_id: str, sampling_params: dict[str, Any]) -> GenerateFn:
+        """The episode engine's ``generate`` for one episode: tokens from verl's server manager, at most
+        the token budget each prompt leaves (step mode: every action gets ``rollout.response_length``;
+        concat mode: the actions and env turns share it), and ``EndEpisode`` once a prompt leaves none."""
+        from agent_gym.rollout.episode import EndEpisode
+        from agent_gym.rollout.policy import Generation
+
         step_mode = self.mode == "step"
         first_len: list[int] = []  # the first prompt's length, once seen
 
@@ -323,106 +439,49 @@ class AgentGymAgentLoop(compat.AgentLoopBase):
                     raise ValueError(f"server returned {len(lps)} log-probs for {len(ids)} tokens")
             return Generation(ids, lps, "length" if len(ids) >= budget else "stop")
 
-        trajectory = await play_episode(
-            env,
-            generate,
-            seed=None if task_id is not None or index is None else int(index),
-            task_id=None if task_id is None else str(task_id),
-            trajectory_id=request_id,
-            env_id=env_id,
-            max_steps=self.max_steps,
-        )
-        if not trajectory.steps:
-            raise RuntimeError(f"{env_id}: the episode made no step (max_steps={self.max_steps})")
-        last_info = trajectory.final_info
-        done = trajectory.steps[-1].terminated or trajectory.steps[-1].truncated
-        truncated_reason = trajectory.metadata["truncated_reason"]
-        # verl's meaning of turns: chat turns incl. the first user turn, assistant turns and env replies.
-        env_turns = len(trajectory.steps) - (1 if done else 0)
+        return generate
 
-        if step_mode:
-            steps = step_samples(trajectory, self.samples)
-            first = trajectory.steps[0]
-            out_prompt = list(first.prompt_ids)
-            out_response = list(first.response_ids)
-            out_mask = [1] * len(out_response)
-            out_logprobs = None if first.response_logprobs is None else list(first.response_logprobs)
-        else:
-            try:
-                sample = trajectory.sequence()
-            except ValueError as exc:
-                rewrote = next((r for r in trajectory.steps[:-1] if r.new_segment), None)
-                if rewrote is not None:
-                    raise ConcatModeError(
-                        f"{env_id} rewrote its context at turn {rewrote.info.get('turn')} (info['new_segment']); a "
-                        "trajectory with several segments is not one token sequence. Train this env in step "
-                        "mode: agent_name=agent_gym_step (export with --mode step) and "
-                        "python -m agent_gym_verl.main_ppo."
-                    ) from exc
-                raise ConcatModeError(f"{env_id} broke the no-drift invariant: {exc}") from exc
-            response, mask = sample.response_ids, sample.response_mask
-            # [] (not None) for an empty response: verl stacks log-probs only if every row has them.
-            logprobs = sample.response_logprobs
-            if not trajectory.steps[-1].response_ids and any(mask):
-                # The episode ended on empty actions, so the sample would end with the env replies they
-                # answered. verl puts the score on the last response id, and its GAE and REINFORCE++ skip
-                # rewards outside response_mask: the whole return would be lost. Those ids carry no loss
-                # and no trained id follows them, so the sample ends at its last policy id instead.
-                end = max(i for i, m in enumerate(mask) if m) + 1
-                response, mask = response[:end], mask[:end]
-                if logprobs is not None:
-                    logprobs = logprobs[:end]
-            if len(response) > self.response_length:
-                truncated_reason = truncated_reason or "response_length"
-                response, mask = response[: self.response_length], mask[: self.response_length]
-                if logprobs is not None:
-                    logprobs = logprobs[: self.response_length]
-            out_prompt, out_response, out_mask, out_logprobs = sample.prompt_ids, response, mask, logprobs
-        if not out_response:
-            # An empty generation and no env reply after it. verl 0.7 pads the response with the tokenizer,
-            # which fails on an empty list: the row gets one padding id instead, outside the loss
-            # (response_mask 0, log-prob 0.0), and verl puts the reward on it, as it would on the padding.
-            out_response, out_mask = [self._pad_id()], [0]
-            out_logprobs = None if out_logprobs is None else [0.0]
+    def _concat_row(self, trajectory: Trajectory, env_id: str, truncated_reason: str | None) -> tuple[_Row, str | None]:
+        """Concat mode's row: the whole trajectory as one sequence, ended at its last policy id when the
+        episode ended on empty actions, cut at ``rollout.response_length`` (which then becomes the
+        truncation reason, unless the episode had one); and the truncation reason."""
+        try:
+            sample = trajectory.sequence()
+        except ValueError as exc:
+            rewrote = next((r for r in trajectory.steps[:-1] if r.new_segment), None)
+            if rewrote is not None:
+                raise ConcatModeError(
+                    f"{env_id} rewrote its context at turn {rewrote.info.get('turn')} (info['new_segment']); a "
+                    "trajectory with several segments is not one token sequence. Train this env in step "
+                    "mode: agent_name=agent_gym_step (export with --mode step) and "
+                    "python -m agent_gym_verl.main_ppo."
+                ) from exc
+            raise ConcatModeError(f"{env_id} broke the no-drift invariant: {exc}") from exc
+        response, mask = sample.response_ids, sample.response_mask
+        # [] (not None) for an empty response: verl stacks log-probs only if every row has them.
+        logprobs = sample.response_logprobs
+        if not trajectory.steps[-1].response_ids and any(mask):
+            # The episode ended on empty actions, so the sample would end with the env replies they
+            # answered. verl puts the score on the last response id, and its GAE and REINFORCE++ skip
+            # rewards outside response_mask: the whole return would be lost. Those ids carry no loss
+            # and no trained id follows them, so the sample ends at its last policy id instead.
+            end = max(i for i, m in enumerate(mask) if m) + 1
+            response, mask = response[:end], mask[:end]
+            if logprobs is not None:
+                logprobs = logprobs[:end]
+        if len(response) > self.response_length:
+            truncated_reason = truncated_reason or "response_length"
+            response, mask = response[: self.response_length], mask[: self.response_length]
+            if logprobs is not None:
+                logprobs = logprobs[: self.response_length]
+        return _Row(sample.prompt_ids, response, mask, logprobs), truncated_reason
 
-        turns = int(last_info.get("turn", len(trajectory.steps) if step_mode else 0))
-        calls_valid, calls_answered = tool_call_counts(trajectory)
-        components = {str(k): float(v) for k, v in (last_info.get("reward_components") or {}).items()}
-        correct = last_info.get("correct")
-        extra_fields: dict[str, Any] = {
-            "agent_gym_trajectory_id": request_id,
-            "agent_gym_env_id": env_id,
-            "agent_gym_task_id": None if task_id is None else str(task_id),
-            "agent_gym_turns": turns,
-            "agent_gym_reward_components": components,
-            "agent_gym_truncated_reason": truncated_reason,
-            # verl puts these in non_tensor_batch and reports them per data source in validation.
-            "reward_extra_info": {
-                "acc": float(bool(correct)),
-                "turns": float(turns),
-                "tool_calls": float(last_info.get("tool_calls", 0)),
-                "tool_errors": float(last_info.get("tool_errors", 0)),
-                # Tool-call validity = sum(tool_calls_valid) / sum(tool_calls_answered) over episodes.
-                "tool_calls_valid": float(calls_valid),
-                "tool_calls_answered": float(calls_answered),
-                "format_errors": float(last_info.get("format_errors", 0)),
-                "truncated": float(truncated_reason is not None),
-            },
-        }
-        if step_mode:
-            extra_fields[STEPS_KEY] = steps
-        return compat.AgentLoopOutput(
-            prompt_ids=out_prompt,
-            response_ids=out_response,
-            response_mask=out_mask,
-            response_logprobs=out_logprobs,
-            reward_score=trajectory.return_,
-            num_turns=1 + turns + env_turns,
-            metrics=compat.make_metrics(
-                generate_sequences=trajectory.metadata["generate_s"], tool_calls=trajectory.metadata["env_s"]
-            ),
-            extra_fields=extra_fields,
-        )
+    def _padding_response(self, row: _Row) -> _Row:
+        """``row`` with a response of one padding id, for an episode that left its response empty."""
+        # An empty generation and no env reply after it. verl 0.7 pads the response with the tokenizer,
+        # which fails on an empty list: the row gets one padding id instead, outside the loss
+        # (response_mask 0, log-prob 0.0), and verl puts the reward on it, as it would on the padding.
+        return _Row(row.prompt, [self._pad_id()], [0], None if row.logprobs is None else [0.0])
 
 
 class AgentGymStepAgentLoop(AgentGymAgentLoop):

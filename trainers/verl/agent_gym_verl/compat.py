@@ -59,16 +59,16 @@ def trl_has_value_head_model() -> bool:
     return False
 
 
-from verl import DataProto  # noqa: F401  (re-exported)
-from verl.experimental.agent_loop.agent_loop import (  # noqa: F401  (re-exported)
+from verl import DataProto  # noqa: E402, F401  (re-exported; after the trl check, see above)
+from verl.experimental.agent_loop.agent_loop import (  # noqa: E402, F401  (re-exported; after the trl check)
     AgentLoopBase,
     AgentLoopMetrics,
     AgentLoopOutput,
     DictConfigWrap,
     register,
 )
-from verl.trainer.ppo import core_algos  # noqa: F401  (re-exported)
-from verl.trainer.ppo.core_algos import AdvantageEstimator  # noqa: F401  (re-exported)
+from verl.trainer.ppo import core_algos  # noqa: E402, F401  (re-exported; after the trl check)
+from verl.trainer.ppo.core_algos import AdvantageEstimator  # noqa: E402, F401  (re-exported; after the trl check)
 
 __all__ = [
     "VERL_VERSION",
@@ -121,6 +121,8 @@ def token_output(output: Any) -> tuple[list[int], list[float] | None]:
         ids, lps = output
     else:
         ids, lps = getattr(output, "token_ids"), getattr(output, "log_probs", None)
+    if ids is None:
+        raise TypeError(f"the server manager's generate returned no token_ids ({type(output).__name__}); return a TokenOutput")
     ids = [int(t) for t in ids]
     if lps is not None:
         lps = [float(x) for x in lps]

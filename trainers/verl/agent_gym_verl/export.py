@@ -35,16 +35,12 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from agent_gym.cli_support import PROG, UsageError, add_env_kwarg_option, parse_env_kwargs
-from agent_gym.core.tasks import make_on_split, source_tasks, text_of
+from agent_gym.core.tasks import env_tasks, text_of
 
 __all__ = ["export_env", "rows_for_env", "main", "add_parser", "AGENT_NAMES"]
 
 #: ``--mode`` -> the agent loop name a row selects.
 AGENT_NAMES = {"concat": "agent_gym", "step": "agent_gym_step"}
-
-
-def _make_env(env_id: str, split: str | None, env_kwargs: Mapping[str, Any], tokenizer: Any) -> Any:
-    return make_on_split(env_id, split, env_kwargs, tokenizer, no_split_hint="export it without --split")
 
 
 def _task_field(task: Any, name: str) -> Any:
@@ -72,53 +68,40 @@ def rows_for_env(
     """
     if mode not in AGENT_NAMES:
         raise ValueError(f"mode must be one of {sorted(AGENT_NAMES)}, got {mode!r}")
-    env_kwargs = dict(env_kwargs or {})
-    env = _make_env(env_id, split, env_kwargs, tokenizer)
-    base = env.unwrapped
-    if getattr(base, "tasks", None) is None and limit is None:
-        raise ValueError(
-            f"{env_id} generates its tasks (no finite env.tasks): pass limit=/--limit N to export "
-            "the tasks of seeds 0..N-1"
-        )
     # A generated source (Countdown, games, ...) gives the tasks seeds 0..limit-1 draw, the same ones
     # `env.reset(seed=i)` gives in any process.
-    tasks = source_tasks(env, limit)
-    tools = [t.schema() for t in getattr(base, "tools", [])]
+    source = env_tasks(
+        env_id,
+        split,
+        env_kwargs=env_kwargs,
+        n=limit,
+        tokenizer=tokenizer,
+        no_split_hint="export it without --split",
+        missing_n_hint="pass limit=/--limit N to export the tasks of seeds 0..N-1",
+    )
     # The split is an env argument too: the agent loop must make the env on the same split.
-    row_kwargs = dict(env_kwargs)
-    if split is not None:
-        row_kwargs["split"] = split
-    env_kwargs_json = json.dumps(row_kwargs, sort_keys=True)
-    source = data_source or env_id
-    skill = ability or getattr(base, "ability", None) or "agent"
-    for index, task in enumerate(tasks):
-        if limit is not None and index >= limit:
-            break
-        task_id = base.task_id_of(task)
-        if task_id is None:
-            raise ValueError(f"{env_id}: task {index} has no id; tasks need ids to be exported")
-        messages = [
-            {"role": str(m["role"]), "content": text_of(m.get("content"))} for m in base.initial_messages(task)
-        ]
-        answer = ground_truth(task) if ground_truth is not None else _task_field(task, "answer")
+    env_kwargs_json = json.dumps(source.env_kwargs, sort_keys=True)
+    tools_json = json.dumps(source.tools, sort_keys=True)
+    skill = ability or source.ability or "agent"
+    for row in source.rows:
+        answer = ground_truth(row.task) if ground_truth is not None else _task_field(row.task, "answer")
         yield {
-            "data_source": source,
-            "prompt": messages,
+            "data_source": data_source or env_id,
+            "prompt": row.messages,
             "ability": skill,
             "reward_model": {"style": "rule", "ground_truth": text_of(answer)},
             "extra_info": {
                 "split": split or "",
-                "index": index,
+                "index": row.index,
                 "env_id": env_id,
-                "task_id": str(task_id),
+                "task_id": row.task_id,
                 "env_kwargs": env_kwargs_json,
-                "question": text_of(_task_field(task, "question")),
-                "tools": json.dumps(tools, sort_keys=True),
+                "question": text_of(_task_field(row.task, "question")),
+                "tools": tools_json,
             },
             "agent_name": AGENT_NAMES[mode],
             "env_id": env_id,
         }
-    env.close()
 
 
 def export_env(

@@ -141,7 +141,7 @@ def _local(value: Any, key: str) -> tuple[Any, Any]:
     try:
         from torch.distributed.tensor import DTensor
     except ImportError:  # older torch
-        from torch.distributed._tensor import DTensor  # type: ignore[no-redef]
+        from torch.distributed._tensor import DTensor
     if isinstance(value, DTensor):
         placements = tuple(value.placements)
         if len(placements) != 1:
@@ -163,7 +163,7 @@ def load_lora_state(actor_dir: str | Path) -> dict[str, Any]:
     import torch
 
     actor_dir = Path(actor_dir)
-    files = {}
+    files: dict[int, dict[int, Path]] = {}
     for p in actor_dir.glob("model_world_size_*_rank_*.pt"):
         m = _RANK_FILE.match(p.name)
         if m:
@@ -245,7 +245,7 @@ def export_adapter(
     out.mkdir(parents=True, exist_ok=True)
     # Only the fields that define the adapter: peft fills in the rest, and a config with a newer peft's
     # extra fields is refused by older ones.
-    config = {
+    config: dict[str, Any] = {
         "peft_type": "LORA",
         "task_type": str(meta.get("task_type") or "CAUSAL_LM"),
         "base_model_name_or_path": base,

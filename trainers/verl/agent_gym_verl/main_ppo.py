@@ -43,7 +43,7 @@ class AgentGymTaskRunner:
         class its ``run`` will build."""
         from agent_gym_verl import patches as _patches
 
-        runner_cls = _patches.verl_task_runner()
+        runner_cls: Any = _patches.verl_task_runner()  # verl's class: its run is verl's, unknown to mypy
         _patches.install("runner")
         return runner_cls, runner_cls.run.__globals__["RayPPOTrainer"]
 

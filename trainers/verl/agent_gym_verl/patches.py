@@ -239,7 +239,7 @@ def guard_trl_value_head_patch() -> list[Applied]:
     applied = [_replace(_ROW[2], import_utils, "is_trl_available", probe)]
     loaded = sys.modules.get("verl.models.transformers.monkey_patch")
     if loaded is not None:
-        loaded.is_trl_available = probe
+        setattr(loaded, "is_trl_available", probe)  # a module object: mypy knows no such attribute
         applied.append(Applied(_ROW[3], probe, import_utils.verl_is_trl_available))
     return applied
 
@@ -317,7 +317,7 @@ def agent_gym_trainer_class(base: type) -> type:
     from agent_gym_verl import step_advantage as sa
     from agent_gym_verl import trainer as ours
 
-    class AgentGymRayPPOTrainer(base):  # type: ignore[misc, valid-type]
+    class AgentGymRayPPOTrainer(base):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             cfg = self.config
@@ -363,6 +363,8 @@ def agent_gym_trainer_class(base: type) -> type:
         def _agent_gym_val_episodes(self) -> dict[str, int]:
             """Validation episodes per data source: the val dataset's rows times ``val_kwargs.n``."""
             frame = getattr(getattr(self, "val_dataset", None), "dataframe", None)
+            if frame is None:
+                return {}
             try:
                 sources = list(frame["data_source"])
             except (TypeError, KeyError, ValueError):

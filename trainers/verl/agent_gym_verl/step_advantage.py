@@ -41,6 +41,7 @@ Advantages (:func:`compute_step_advantage`)
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -219,11 +220,10 @@ def _step_sample(step: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def expand_step_batch(batch: Any, *, pad_token_id: int = 0, pad_to_multiple: int = 1) -> tuple[Any, dict[str, float]]:
-    """One row per env step (see the module docstring). Returns the new ``DataProto`` and metrics."""
-    DataProto = compat.DataProto
+def _copied_tensor_keys(batch: Any) -> list[str]:
+    """The per-row tensors expansion copies to each sample of their row; raises :class:`StepModeError` for a
+    batch it cannot expand (router replay, distillation, multi-modal inputs, a per-token field of its own)."""
     b = batch.batch
-    n_rows = len(batch)
     for key in b.keys():
         if key in ("routed_experts", "teacher_logprobs", "teacher_ids"):
             raise StepModeError(f"step mode cannot expand rows carrying {key!r} (router replay / distillation)")
@@ -234,7 +234,7 @@ def expand_step_batch(batch: Any, *, pad_token_id: int = 0, pad_to_multiple: int
     ):
         raise StepModeError("step mode supports text models only (multi_modal_inputs found)")
     seq_widths = {b["prompts"].shape[1] + b["responses"].shape[1], b["responses"].shape[1]}
-    copy_keys = []
+    copy_keys: list[str] = []
     for key in b.keys():
         if key in _SEQ_KEYS:
             continue
@@ -244,44 +244,74 @@ def expand_step_batch(batch: Any, *, pad_token_id: int = 0, pad_to_multiple: int
                 f"step mode cannot expand the per-token field {key!r} (it was computed on trajectory rows)"
             )
         copy_keys.append(key)
+    return copy_keys
 
+
+@dataclass
+class _SampleRows:
+    """The rows of an expanded batch before packing: each row's unpadded sample and where it comes from."""
+
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    src: list[int] = field(default_factory=list)  # the trajectory row whose other fields the sample gets
+    traj: list[int] = field(default_factory=list)  # trajectory id: the source row, negative on pad rows
+    step: list[int] = field(default_factory=list)  # 0-based sample index within its trajectory
+    num_steps: list[int] = field(default_factory=list)  # samples in its trajectory
+    n_real: int = 0  # rows before the pad rows
+
+    def add(self, sample: dict[str, Any], *, src: int, traj: int, step: int, num_steps: int) -> None:
+        self.samples.append(sample)
+        self.src.append(src)
+        self.traj.append(traj)
+        self.step.append(step)
+        self.num_steps.append(num_steps)
+
+    @property
+    def n_pad(self) -> int:
+        return len(self.samples) - self.n_real
+
+
+def _sample_rows(batch: Any) -> _SampleRows:
+    """The batch's samples in row order: a step-mode row's carried samples, any other row as one sample."""
     steps_col = batch.non_tensor_batch.get(STEPS_KEY)
-    samples: list[dict[str, Any]] = []
-    src: list[int] = []
-    traj: list[int] = []
-    step_idx: list[int] = []
-    num_steps: list[int] = []
-    for i in range(n_rows):
+    rows = _SampleRows()
+    for i in range(len(batch)):
         steps = None if steps_col is None else steps_col[i]
         if steps is not None and len(steps) > 0:
             for k, step in enumerate(steps):
-                samples.append(_step_sample(step))
-                src.append(i)
-                traj.append(i)
-                step_idx.append(k)
-                num_steps.append(len(steps))
+                rows.add(_step_sample(step), src=i, traj=i, step=k, num_steps=len(steps))
         else:
-            samples.append(_row_sample(batch, i))
-            src.append(i)
-            traj.append(i)
-            step_idx.append(0)
-            num_steps.append(1)
-    n_real = len(samples)
-    n_pad = (-n_real) % max(1, int(pad_to_multiple))
-    is_pad = [False] * n_real + [True] * n_pad
-    for k in range(n_pad):
+            rows.add(_row_sample(batch, i), src=i, traj=i, step=0, num_steps=1)
+    rows.n_real = len(rows.samples)
+    return rows
+
+
+def _add_pad_rows(rows: _SampleRows, pad_to_multiple: int) -> None:
+    """Appends the pad rows that make the row count a multiple of ``pad_to_multiple``."""
+    samples = rows.samples
+    n_real = rows.n_real
+    for k in range((-n_real) % max(1, int(pad_to_multiple))):
         # The shortest real sample, fully masked: a valid forward pass that carries no loss.
         j = min(range(n_real), key=lambda s: len(samples[s]["prompt"]) + len(samples[s]["response"]))
         pad = dict(samples[j])
         pad["mask"] = [0] * len(pad["response"])
         pad["rewards"] = [0.0] * len(pad["response"])
         pad["reward_no_tokens"] = 0.0
-        samples.append(pad)
-        src.append(src[j])
-        traj.append(-1 - k)
-        step_idx.append(0)
-        num_steps.append(1)
+        rows.add(pad, src=rows.src[j], traj=-1 - k, step=0, num_steps=1)
 
+
+@dataclass
+class _Packed:
+    """Samples as verl's row tensors, prompts left-padded to the longest prompt and responses right-padded
+    to the longest response (``prompts`` ... ``position_ids``, ``rollout_log_probs``, ``rm_scores``)."""
+
+    tensors: dict[str, torch.Tensor]
+    prompt_width: int
+    response_width: int
+
+
+def _pack_samples(samples: list[dict[str, Any]], pad_token_id: int, *, with_logprobs: bool, with_rewards: bool) -> _Packed:
+    """The samples' ids, masks, log-probs (``with_logprobs``) and token rewards (``with_rewards``) as padded
+    tensors, plus the attention mask and position ids verl computes from them."""
     n = len(samples)
     p_len = max(1, max(len(s["prompt"]) for s in samples))
     r_len = max(1, max(len(s["response"]) for s in samples))
@@ -289,10 +319,8 @@ def expand_step_batch(batch: Any, *, pad_token_id: int = 0, pad_to_multiple: int
     responses = torch.full((n, r_len), pad_token_id, dtype=torch.long)
     response_mask = torch.zeros((n, r_len), dtype=torch.long)
     attention = torch.zeros((n, p_len + r_len), dtype=torch.long)
-    has_lp = "rollout_log_probs" in b.keys() or any(s["logprobs"] is not None for s in samples[:n_real])
-    logprobs = torch.zeros((n, r_len), dtype=torch.float32) if has_lp else None
-    has_rm = "rm_scores" in b.keys() or steps_col is not None
-    rm_scores = torch.zeros((n, r_len), dtype=torch.float32) if has_rm else None
+    logprobs = torch.zeros((n, r_len), dtype=torch.float32) if with_logprobs else None
+    rm_scores = torch.zeros((n, r_len), dtype=torch.float32) if with_rewards else None
     for row, s in enumerate(samples):
         pl, rl = len(s["prompt"]), len(s["response"])
         if pl:
@@ -310,50 +338,56 @@ def expand_step_batch(batch: Any, *, pad_token_id: int = 0, pad_to_multiple: int
             # A trajectory with no policy id: where verl puts an empty response's score (its last
             # response slot, a padding slot when there is none), counted in the row's return only.
             rm_scores[row, rl - 1 if rl else r_len - 1] += float(s["reward_no_tokens"])
-    input_ids = torch.cat([prompts, responses], dim=1)
-    position_ids = torch.clamp(torch.cumsum(attention, dim=1) - 1, min=0)
-
-    src_t = torch.tensor(src, dtype=torch.long)
     tensors: dict[str, torch.Tensor] = {
         "prompts": prompts,
         "responses": responses,
         "response_mask": response_mask,
-        "input_ids": input_ids,
+        "input_ids": torch.cat([prompts, responses], dim=1),
         "attention_mask": attention,
-        "position_ids": position_ids,
+        "position_ids": torch.clamp(torch.cumsum(attention, dim=1) - 1, min=0),
     }
     if logprobs is not None:
         tensors["rollout_log_probs"] = logprobs
     if rm_scores is not None:
         tensors["rm_scores"] = rm_scores
-    for key in copy_keys:
-        tensors[key] = b[key].index_select(0, src_t)
+    return _Packed(tensors, p_len, r_len)
 
-    src_np = np.asarray(src, dtype=np.int64)
+
+def _expanded_non_tensors(batch: Any, rows: _SampleRows) -> dict[str, np.ndarray]:
+    """The expanded rows' non-tensor fields: their source row's (the carried samples left out), the
+    trajectory, step, step-count and pad columns, and a uid of its own for each pad row."""
+    src = np.asarray(rows.src, dtype=np.int64)
     non_tensor: dict[str, np.ndarray] = {}
     for key, arr in batch.non_tensor_batch.items():
         if key == STEPS_KEY:
             continue
-        non_tensor[key] = arr[src_np]
-    non_tensor[TRAJ_KEY] = np.asarray(traj, dtype=np.int64)
-    non_tensor[STEP_KEY] = np.asarray(step_idx, dtype=np.int64)
-    non_tensor[NUM_STEPS_KEY] = np.asarray(num_steps, dtype=np.int64)
-    non_tensor[PAD_KEY] = np.asarray(is_pad, dtype=bool)
+        non_tensor[key] = arr[src]
+    n_real, n_pad = rows.n_real, rows.n_pad
+    non_tensor[TRAJ_KEY] = np.asarray(rows.traj, dtype=np.int64)
+    non_tensor[STEP_KEY] = np.asarray(rows.step, dtype=np.int64)
+    non_tensor[NUM_STEPS_KEY] = np.asarray(rows.num_steps, dtype=np.int64)
+    non_tensor[PAD_KEY] = np.asarray([False] * n_real + [True] * n_pad, dtype=bool)
     if "uid" in non_tensor and n_pad:
         uid = non_tensor["uid"].copy()
         uid[n_real:] = [f"__agent_gym_pad_{k}__" for k in range(n_pad)]
         non_tensor["uid"] = uid
+    return non_tensor
 
-    out = DataProto.from_dict(tensors=tensors, non_tensors=non_tensor, meta_info=dict(batch.meta_info))
 
-    slots = n * (p_len + r_len)
-    real_tokens = int(attention[:n_real].sum())
+def _expansion_metrics(batch: Any, rows: _SampleRows, packed: _Packed) -> dict[str, float]:
+    """``agent_gym/step/*``: the expansion's row counts and widths, and how much of it is padding."""
+    b = batch.batch
+    n_real = rows.n_real
+    p_len, r_len = packed.prompt_width, packed.response_width
+    steps_col = batch.non_tensor_batch.get(STEPS_KEY)
+    slots = len(rows.samples) * (p_len + r_len)
+    real_tokens = int(packed.tensors["attention_mask"][:n_real].sum())
     fixed_slots = n_real * (int(b["prompts"].shape[1]) + int(b["responses"].shape[1]))
     traj_steps = [len(s) for s in steps_col if s is not None and len(s) > 0] if steps_col is not None else []
-    metrics = {
-        "agent_gym/step/trajectories": float(n_rows),
+    return {
+        "agent_gym/step/trajectories": float(len(batch)),
         "agent_gym/step/samples": float(n_real),
-        "agent_gym/step/pad_rows": float(n_pad),
+        "agent_gym/step/pad_rows": float(rows.n_pad),
         "agent_gym/step/prompt_width": float(p_len),
         "agent_gym/step/response_width": float(r_len),
         # Share of the expanded tensors that is padding (incl. pad rows) ...
@@ -366,10 +400,100 @@ def expand_step_batch(batch: Any, *, pad_token_id: int = 0, pad_to_multiple: int
         # ... and the tokens the update trains on (prompt + response of every real sample).
         "agent_gym/step/trained_tokens": float(real_tokens),
     }
-    return out, metrics
+
+
+def expand_step_batch(batch: Any, *, pad_token_id: int = 0, pad_to_multiple: int = 1) -> tuple[Any, dict[str, float]]:
+    """One row per env step (see the module docstring). Returns the new ``DataProto`` and metrics."""
+    b = batch.batch
+    copy_keys = _copied_tensor_keys(batch)
+    rows = _sample_rows(batch)
+    _add_pad_rows(rows, pad_to_multiple)
+    packed = _pack_samples(
+        rows.samples,
+        pad_token_id,
+        with_logprobs="rollout_log_probs" in b.keys() or any(s["logprobs"] is not None for s in rows.samples[: rows.n_real]),
+        with_rewards="rm_scores" in b.keys() or batch.non_tensor_batch.get(STEPS_KEY) is not None,
+    )
+    src = torch.tensor(rows.src, dtype=torch.long)
+    tensors = {**packed.tensors, **{key: b[key].index_select(0, src) for key in copy_keys}}
+    non_tensor = _expanded_non_tensors(batch, rows)
+    out = compat.DataProto.from_dict(tensors=tensors, non_tensors=non_tensor, meta_info=dict(batch.meta_info))
+    return out, _expansion_metrics(batch, rows, packed)
 
 
 # -- advantages ------------------------------------------------------------------------------------------
+
+
+def _trajectory_rows(traj: np.ndarray, steps: np.ndarray, pad: np.ndarray, n: int) -> list[tuple[int, list[int]]]:
+    """``(trajectory id, its rows in step order)`` for each trajectory among the first ``n`` rows, in the
+    order of their first rows; pad rows left out."""
+    groups: OrderedDict[int, list[int]] = OrderedDict()
+    for row in range(n):
+        if pad[row]:
+            continue
+        groups.setdefault(int(traj[row]), []).append(row)
+    return [(t, sorted(rows, key=lambda r: int(steps[r]))) for t, rows in groups.items()]
+
+
+def _policy_positions(mask: torch.Tensor, rows: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The (row, column) indices of a trajectory's policy tokens (``response_mask`` > 0), in step order."""
+    r_idx: list[torch.Tensor] = []
+    c_idx: list[torch.Tensor] = []
+    for row in rows:
+        cols = torch.nonzero(mask[row] > 0, as_tuple=False).flatten()
+        r_idx.append(torch.full_like(cols, row))
+        c_idx.append(cols)
+    return (torch.cat(r_idx) if r_idx else torch.zeros(0, dtype=torch.long),
+            torch.cat(c_idx) if c_idx else torch.zeros(0, dtype=torch.long))
+
+
+def _trajectory_view(
+    b: Any, order: list[tuple[int, list[int]]], positions: list[tuple[torch.Tensor, torch.Tensor]], uid: np.ndarray
+) -> Any:
+    """The trajectory view (see the module docstring) as a ``DataProto``, one row per trajectory of ``order``:
+    its policy tokens end to end with their rewards and the fields of :data:`_TOKEN_KEYS`, the first row's
+    ``reward_baselines`` and ``uid``."""
+    mask = b["response_mask"]
+    rewards = b["token_level_rewards"]
+    n_traj = len(order)
+    width = max([1] + [len(p[0]) for p in positions])
+    view_rewards = torch.zeros((n_traj, width), dtype=rewards.dtype)
+    view_mask = torch.zeros((n_traj, width), dtype=mask.dtype)
+    view_tokens = {k: torch.zeros((n_traj, width), dtype=b[k].dtype) for k in _TOKEN_KEYS if k in b.keys()}
+    for t, ((_, rows), (r_idx, c_idx)) in enumerate(zip(order, positions)):
+        k = len(r_idx)
+        if k:
+            view_rewards[t, :k] = rewards[r_idx, c_idx]
+            view_mask[t, :k] = 1
+            for key, view in view_tokens.items():
+                view[t, :k] = b[key][r_idx, c_idx]
+        # Reward that sits on no policy token (a trajectory without any, whose rewards the expansion
+        # left on a response or padding slot) still counts for the trajectory.
+        total = sum(float(rewards[row].sum()) for row in rows)
+        leftover = total - float(view_rewards[t].sum())
+        if abs(leftover) > 0:
+            view_rewards[t, max(k - 1, 0)] += leftover
+
+    view_tensors = {"token_level_rewards": view_rewards, "response_mask": view_mask, **view_tokens}
+    if "reward_baselines" in b.keys():
+        view_tensors["reward_baselines"] = torch.stack([b["reward_baselines"][rows[0]] for _, rows in order])
+    view_uid = np.asarray([uid[rows[0]] for _, rows in order], dtype=object)
+    return compat.DataProto.from_dict(tensors=view_tensors, non_tensors={"uid": view_uid})
+
+
+def _advantages_on_rows(
+    view: Any, positions: list[tuple[torch.Tensor, torch.Tensor]], like: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(advantages, returns)`` shaped like ``like``: the view's values put back on the step rows' policy
+    tokens, 0 elsewhere."""
+    advantages = torch.zeros_like(like, dtype=torch.float32)
+    returns = torch.zeros_like(like, dtype=torch.float32)
+    for t, (r_idx, c_idx) in enumerate(positions):
+        k = len(r_idx)
+        if k:
+            advantages[r_idx, c_idx] = view.batch["advantages"][t, :k].to(advantages.dtype)
+            returns[r_idx, c_idx] = view.batch["returns"][t, :k].to(returns.dtype)
+    return advantages, returns
 
 
 def compute_step_advantage(
@@ -403,49 +527,10 @@ def compute_step_advantage(
     if uid is None:
         raise StepModeError("step mode needs the trainer's per-prompt 'uid' to group trajectories")
 
-    groups: "OrderedDict[int, list[int]]" = OrderedDict()
-    for row in range(n):
-        if pad[row]:
-            continue
-        groups.setdefault(int(traj[row]), []).append(row)
-    order: list[tuple[int, list[int]]] = [(t, sorted(rows, key=lambda r: int(steps[r]))) for t, rows in groups.items()]
-
-    # Per trajectory: the (row, col) of every policy token, in step order.
-    positions: list[tuple[torch.Tensor, torch.Tensor]] = []
-    for _, rows in order:
-        r_idx, c_idx = [], []
-        for row in rows:
-            cols = torch.nonzero(mask[row] > 0, as_tuple=False).flatten()
-            r_idx.append(torch.full_like(cols, row))
-            c_idx.append(cols)
-        positions.append((torch.cat(r_idx) if r_idx else torch.zeros(0, dtype=torch.long),
-                          torch.cat(c_idx) if c_idx else torch.zeros(0, dtype=torch.long)))
-    n_traj = len(order)
-    width = max([1] + [len(p[0]) for p in positions])
-    view_rewards = torch.zeros((n_traj, width), dtype=rewards.dtype)
-    view_mask = torch.zeros((n_traj, width), dtype=mask.dtype)
-    view_tokens = {k: torch.zeros((n_traj, width), dtype=b[k].dtype) for k in _TOKEN_KEYS if k in b.keys()}
-    for t, ((_, rows), (r_idx, c_idx)) in enumerate(zip(order, positions)):
-        k = len(r_idx)
-        if k:
-            view_rewards[t, :k] = rewards[r_idx, c_idx]
-            view_mask[t, :k] = 1
-            for key, view in view_tokens.items():
-                view[t, :k] = b[key][r_idx, c_idx]
-        # Reward that sits on no policy token (a trajectory without any, whose rewards the expansion
-        # left on a response or padding slot) still counts for the trajectory.
-        total = sum(float(rewards[row].sum()) for row in rows)
-        leftover = total - float(view_rewards[t].sum())
-        if abs(leftover) > 0:
-            view_rewards[t, max(k - 1, 0)] += leftover
-
-    view_tensors = {"token_level_rewards": view_rewards, "response_mask": view_mask, **view_tokens}
-    if "reward_baselines" in b.keys():
-        view_tensors["reward_baselines"] = torch.stack([b["reward_baselines"][rows[0]] for _, rows in order])
-    view_uid = np.asarray([uid[rows[0]] for _, rows in order], dtype=object)
-    view = compat.DataProto.from_dict(tensors=view_tensors, non_tensors={"uid": view_uid})
+    order = _trajectory_rows(traj, steps, pad, n)
+    positions = [_policy_positions(mask, rows) for _, rows in order]
     view = base(
-        view,
+        _trajectory_view(b, order, positions, uid),
         adv_estimator=adv_estimator,
         gamma=gamma,
         lam=lam,
@@ -453,13 +538,7 @@ def compute_step_advantage(
         norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
         config=config,
     )
-    advantages = torch.zeros_like(rewards, dtype=torch.float32)
-    returns = torch.zeros_like(rewards, dtype=torch.float32)
-    for t, (r_idx, c_idx) in enumerate(positions):
-        k = len(r_idx)
-        if k:
-            advantages[r_idx, c_idx] = view.batch["advantages"][t, :k].to(advantages.dtype)
-            returns[r_idx, c_idx] = view.batch["returns"][t, :k].to(returns.dtype)
+    advantages, returns = _advantages_on_rows(view, positions, rewards)
     b["advantages"] = advantages
     b["returns"] = returns
     data.meta_info.setdefault("agent_gym", {})["adv_estimator"] = name
