@@ -171,6 +171,29 @@ async def play_tree(
     tree_id = uuid.uuid4().hex[:12]
     root = _Branch(f"{tree_id}-0", None, None, [], [], [])
     await _play_from(env, generate, root, max_steps=max_steps)
+    branches = await _grow(root, generate, make_env, width=width, branch_at=branch_at, top_k=top_k,
+                           max_leaves=max_leaves, max_steps=max_steps, tree_id=tree_id)
+    extra = {**replay_metadata(env, reset_options), **dict(metadata or {})}
+    out = [_trajectory(b, root.id, env_id, seed, extra) for b in branches]
+    if stats is not None:
+        _fill_stats(stats, out)
+    return out
+
+
+async def _grow(
+    root: _Branch,
+    generate: GenerateFn,
+    make_env: Callable[[], Any],
+    *,
+    width: int,
+    branch_at: BranchAt,
+    top_k: int,
+    max_leaves: int,
+    max_steps: int | None,
+    tree_id: str,
+) -> list[_Branch]:
+    """Every branch of the tree, breadth first from the played ``root``: each branch's branch points get
+    ``width - 1`` new branches, played concurrently, until ``max_leaves``."""
     branches = [root]
     leaves = 1
     queue = [root]
@@ -189,22 +212,21 @@ async def play_tree(
                     list(parent.snapshots[:k]), [])
             for i, k in enumerate(starts)
         ]
-
-        async def grow(child: _Branch) -> None:
-            fresh = restore(make_env(), parent.snapshots[child.branch_step or 0])
-            try:
-                await _play_from(fresh, generate, child, max_steps=max_steps)
-            finally:
-                fresh.close()
-
-        await asyncio.gather(*(grow(c) for c in children))
+        await asyncio.gather(*(_play_branch(child, parent, generate, make_env, max_steps) for child in children))
         branches.extend(children)
         queue.extend(children)
-    extra = {**replay_metadata(env, reset_options), **dict(metadata or {})}
-    out = [_trajectory(b, root.id, env_id, seed, extra) for b in branches]
-    if stats is not None:
-        _fill_stats(stats, out)
-    return out
+    return branches
+
+
+async def _play_branch(
+    child: _Branch, parent: _Branch, generate: GenerateFn, make_env: Callable[[], Any], max_steps: int | None
+) -> None:
+    """Play ``child`` from its parent's snapshot at its branch step, in a fresh env closed afterwards."""
+    fresh = restore(make_env(), parent.snapshots[child.branch_step or 0])
+    try:
+        await _play_from(fresh, generate, child, max_steps=max_steps)
+    finally:
+        fresh.close()
 
 
 def _trajectory(branch: _Branch, root: str, env_id: str, seed: int | None, extra: Mapping[str, Any]) -> Trajectory:
