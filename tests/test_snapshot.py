@@ -35,6 +35,13 @@ EPISODES: dict[str, tuple[dict, list[str]]] = {
     "AgentR1/FrozenLake-v0/last_k": ({"difficulty": "easy", "context": "last_k", "last_k": 1},
                                       ["<action>Right</action>", "<action>Down</action>", "<action>Down</action>"]),
     "AgentR1/Wordle-v0": ({}, ["<guess>crane</guess>", "<guess>slate</guess>", "<guess>pious</guess>"]),
+    "AgentR1/SearchQA-v0": ({"difficulty": "medium"}, [
+        HermesParser().format_calls([{"name": "search", "arguments": {"query": "founded"}}]),
+        HermesParser().format_calls([{"name": "open", "arguments": {"doc_id": "w00001"}}]),
+        "<answer>nobody</answer>"]),
+    "AgentR1/CustomerService-v0": ({"difficulty": "easy"}, [
+        HermesParser().format_calls([{"name": "get_product", "arguments": {"product_id": "P0"}}]),
+        "Could you tell me your email address?", "Thank you, anything else?"]),
 }
 
 

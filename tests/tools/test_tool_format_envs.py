@@ -23,8 +23,8 @@ from agent_gym.cli.main import main
 from agent_gym.tools import PARSERS, tool
 
 FORMATS = ("hermes", "qwen3_coder", "pythonic")
-TOOL_ENVS = ("AgentR1/ArithmeticTool-v0", "AgentR1/CountdownTool-v0", "AgentR1/GSM8KPython-v0",
-             "AgentR1/GSM8KTool-v0", "AgentR1/TableQA-v0")
+TOOL_ENVS = ("AgentR1/ArithmeticTool-v0", "AgentR1/CountdownTool-v0", "AgentR1/CustomerService-v0",
+             "AgentR1/GSM8KPython-v0", "AgentR1/GSM8KTool-v0", "AgentR1/MCPTask-v0", "AgentR1/SearchQA-v0", "AgentR1/TableQA-v0")
 OTHER_ENVS = ("AgentR1/Arithmetic-v0", "AgentR1/Countdown-v0", "AgentR1/FrozenLake-v0", "AgentR1/GSM8K-v0",
               "AgentR1/Sokoban-v0", "AgentR1/Wordle-v0")
 # Every env the packages register, each tool env once per format.
