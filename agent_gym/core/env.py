@@ -275,7 +275,6 @@ class AgentEnv(gym.Env[Observation, np.ndarray], Generic[TaskT]):
             self.task = self.sample_task(self.np_random)
         if self.mcp is not None:  # this episode's MCP sessions (the previous episode's are closed)
             self.mcp.start_episode()
-            self.executor = self.mcp.executor(self.executor)
         tools = [t.schema() for t in self.tools]
         self.context = ChatContext.start(self.template, self.initial_messages(self.task), tools)
         self._turn = 0

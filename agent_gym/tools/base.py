@@ -57,9 +57,18 @@ class ToolError(Exception):
     class name, so tools can give the model clean, actionable feedback (for
     example ``"division by zero"``).  Any other exception class can opt into the
     same treatment by defining a class attribute ``user_message = True``.
+
+    ``kind`` names the error in ``info["tool_error_kinds"]`` (``"empty_query"``, ``"not_verified"``, ...);
+    without one it counts as ``"exception"``. An opted-in exception class may carry a ``kind`` too.
     """
 
     user_message: typing.ClassVar[bool] = True
+    kind: str | None = None
+
+    def __init__(self, message: str = "", *, kind: str | None = None):
+        super().__init__(message)
+        if kind is not None:
+            self.kind = kind
 
 
 class Tool:

@@ -28,7 +28,7 @@ ERROR_KINDS: tuple[str, ...] = (
     "malformed",  # the call text could not be parsed
     "unknown_tool",  # parsed, but no tool has that name
     "invalid_arguments",  # arguments failed the tool's pydantic model
-    "exception",  # the tool raised
+    "exception",  # the tool raised (a ToolError with a kind of its own counts under that kind)
     "timeout",  # the tool exceeded its timeout_s
     "too_many_calls",  # beyond max_calls_per_turn; not executed
 )
@@ -98,6 +98,13 @@ def summarize_validation_error(error: pydantic.ValidationError) -> str:
     if hidden > 0:
         parts.append(f"and {hidden} more error{'s' if hidden > 1 else ''}")
     return "; ".join(parts)
+
+
+def _error_kind(exc: BaseException) -> str:
+    """The error kind a tool's exception counts as: the ``kind`` of a :class:`~agent_gym.tools.ToolError`
+    (or an opted-in exception) when it names one, else ``"exception"``."""
+    kind = getattr(exc, "kind", None) if getattr(type(exc), "user_message", False) is True else None
+    return kind if isinstance(kind, str) and kind else "exception"
 
 
 def _describe_exception(tool_name: str, exc: BaseException) -> str:
@@ -285,7 +292,7 @@ class ToolExecutor:
         except (KeyboardInterrupt, SystemExit):
             raise
         except Exception as exc:  # noqa: BLE001 - a tool error is a message to the policy
-            return self._result(call.id, call.name, _describe_exception(call.name, exc), "exception")
+            return self._result(call.id, call.name, _describe_exception(call.name, exc), _error_kind(exc))
         return self._result(call.id, call.name, text, None)
 
     def _execute_sync(self, call: ToolCall) -> ToolResult | None:
@@ -321,7 +328,7 @@ class ToolExecutor:
                 )
         if outcome.error is not None:
             return self._result(
-                call.id, call.name, _describe_exception(call.name, outcome.error), "exception"
+                call.id, call.name, _describe_exception(call.name, outcome.error), _error_kind(outcome.error)
             )
         return self._result(call.id, call.name, outcome.text or "", None)
 

@@ -50,8 +50,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agent_gym.tools.base import Tool, ToolError
-from agent_gym.tools.executor import ToolExecutor, ToolResult
-from agent_gym.tools.parsing import ToolCall, ToolCallParser, get_parser
+from agent_gym.tools.parsing import ToolCallParser, get_parser
 
 __all__ = [
     "INSTALL_HINT",
@@ -63,7 +62,6 @@ __all__ = [
     "MCPToolset",
     "check_tool_format",
     "live_server_count",
-    "with_mcp_error_kinds",
 ]
 
 logger = logging.getLogger(__name__)
@@ -103,13 +101,11 @@ class MCPServerError(RuntimeError):
 class MCPCallError(ToolError):
     """A failed MCP call; the message is for the policy, :attr:`kind` one of :data:`MCP_ERROR_KINDS`.
 
-    The env's executor reports :attr:`kind` (see :func:`with_mcp_error_kinds`); a plain
-    :class:`~agent_gym.tools.ToolExecutor` reports the message with the kind ``exception``.
+    Every :class:`~agent_gym.tools.ToolExecutor` counts a ToolError under its :attr:`kind`.
     """
 
     def __init__(self, message: str, kind: str):
-        super().__init__(message)
-        self.kind = kind
+        super().__init__(message, kind=kind)
 
 
 # --------------------------------------------------------------------------------------------- config
@@ -771,9 +767,6 @@ class MCPToolset:
         for server in self.servers:
             server.close()
 
-    def executor(self, executor: ToolExecutor) -> ToolExecutor:
-        """``executor`` reporting MCP error kinds (see :func:`with_mcp_error_kinds`)."""
-        return with_mcp_error_kinds(executor)
 
 
 def _check_unique(tools: Sequence[MCPTool]) -> None:
@@ -820,42 +813,3 @@ def check_tool_format(tools: Sequence[Tool], tool_format: str | ToolCallParser) 
                 f'its argument names are {list(props)}: use tool_format="hermes", which writes any JSON'
             )
 
-
-_KINDS_CLASSES: dict[type[ToolExecutor], type[ToolExecutor]] = {}
-
-
-def _kinds_class(base: type[ToolExecutor]) -> type[ToolExecutor]:
-    """``base`` with :class:`_MCPKinds` mixed in (one class per base)."""
-    if base not in _KINDS_CLASSES:
-        _KINDS_CLASSES[base] = type(f"MCP{base.__name__}", (_MCPKinds, base), {"__module__": __name__, "__doc__": _MCPKinds.__doc__})
-    return _KINDS_CLASSES[base]
-
-
-class _MCPKinds(ToolExecutor):
-    """Reports an :class:`MCPTool` call's own error kind (``mcp_timeout``, ...) instead of ``exception``;
-    every other tool runs as the executor it is mixed into runs it."""
-
-    async def _execute_checked(self, call: ToolCall) -> ToolResult:
-        t = self.tools.get(call.name)
-        if not isinstance(t, MCPTool):
-            return await super()._execute_checked(call)
-        prepared = self._prepare(call)
-        if isinstance(prepared, ToolResult):
-            return prepared  # unknown tool, invalid arguments
-        outcome = await t.aoutcome(prepared[1])
-        return self._result(call.id, call.name, outcome.text, outcome.kind)
-
-
-def with_mcp_error_kinds(executor: ToolExecutor) -> ToolExecutor:
-    """A copy of ``executor`` (any :class:`~agent_gym.tools.ToolExecutor` subclass, e.g. the sandbox's)
-    whose MCP calls report their own error kinds; ``executor`` itself if it already does.
-
-    Why a copy of a composed class rather than a wrapper: an env may replace its executor after the
-    base class made it (the sandbox envs do), and the executor's per-tool dispatch
-    (``_execute_checked``) is the documented way to give a tool type its own kinds.
-    """
-    if isinstance(executor, _MCPKinds):
-        return executor
-    composed = copy.copy(executor)
-    composed.__class__ = _kinds_class(type(executor))
-    return composed

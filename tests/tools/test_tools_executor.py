@@ -146,6 +146,33 @@ def test_exceptions_become_messages() -> None:
     ]
 
 
+def test_a_tool_error_with_a_kind_is_counted_under_it() -> None:
+    class Refused(Exception):  # an opted-in exception class with a kind of its own
+        user_message = True
+        kind = "policy"
+
+    class Loud(Exception):  # a kind attribute on an exception that did not opt in is not taken
+        kind = "ignored"
+
+    @tool
+    def search(query: str) -> str:
+        if not query:
+            raise ToolError("give a non-empty query", kind="empty_query")
+        raise Refused("not allowed")
+
+    @tool
+    async def loud() -> str:
+        raise Loud("boom")
+
+    results = ToolExecutor([search, loud]).execute(calls(("search", {"query": ""}), ("search", {"query": "x"}), ("loud", {})))
+    assert [(r.content, r.error_kind) for r in results] == [
+        ("Error: give a non-empty query", "empty_query"),
+        ("Error: not allowed", "policy"),
+        ("Error: tool 'loud' raised Loud: boom", "exception"),
+    ]
+    assert ToolError("plain").kind is None
+
+
 def test_user_message_attribute_opt_in() -> None:
     class Friendly(Exception):
         user_message = True

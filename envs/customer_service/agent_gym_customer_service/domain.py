@@ -71,7 +71,7 @@ class DomainError(Exception):
             violation: the agent should have refused the request itself).
     """
 
-    user_message = True  # the tool executor shows the message as is ("Error: ...")
+    user_message = True  # the tool executor shows the message as is ("Error: ...") and counts it under kind
 
     def __init__(self, kind: str, message: str, *, violation: bool = False):
         super().__init__(message)

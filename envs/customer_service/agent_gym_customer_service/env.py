@@ -22,7 +22,7 @@ from agent_gym_customer_service.generate import (
     task_from_mapping,
 )
 from agent_gym_customer_service.grading import db_diff, missing_info
-from agent_gym_customer_service.tools import EXAMPLE_CALL, RetailExecutor, RetailTools
+from agent_gym_customer_service.tools import EXAMPLE_CALL, RetailTools
 from agent_gym_customer_service.user import STOP, ScriptedUser, User, UserBackend, make_user
 
 __all__ = ["CustomerServiceEnv"]
@@ -84,7 +84,6 @@ class CustomerServiceEnv(AgentEnv):
         kwargs.setdefault("max_context_tokens", 8192)
         self.retail = RetailTools()
         super().__init__(tokenizer, tools=self.retail.tools(), **kwargs)
-        self.executor = RetailExecutor(self.tools)
         self.difficulty = difficulty
         self.split = split
         self.prompts = PromptTemplates("agent_gym_customer_service", prompt_dir)

@@ -15,14 +15,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import pydantic
 
-from agent_gym.tools import Tool, ToolExecutor, ToolResult, tool
-from agent_gym.tools.parsing import ToolCall
+from agent_gym.tools import Tool, tool
 
 from agent_gym_customer_service.domain import DomainError, Store
 
-__all__ = ["EXAMPLE_CALL", "RetailExecutor", "RetailTools"]
+__all__ = ["EXAMPLE_CALL", "RetailTools"]
 
 #: The call the system prompt shows, written in the env's tool-call format.
 EXAMPLE_CALL: dict[str, Any] = {"name": "find_customer", "arguments": {"email": "jane.doe12@example.com"}}
@@ -118,20 +116,3 @@ class RetailTools:
             new_item_ids: For each item, the item_id of the new variant (from get_product), in the same order.
         """
         return self._store().exchange_items(order_id, item_ids, new_item_ids)
-
-
-class RetailExecutor(ToolExecutor):
-    """A :class:`~agent_gym.tools.ToolExecutor` that names refused operations by their
-    :class:`~agent_gym_customer_service.domain.DomainError` kind; everything else (unknown tools,
-    invalid arguments, malformed calls, unexpected exceptions) is the base executor's."""
-
-    def _run_inline(self, call: ToolCall, t: Tool, args: pydantic.BaseModel) -> ToolResult:
-        try:
-            text = t.invoke_inline(args)
-        except DomainError as exc:
-            return self._result(call.id, call.name, f"Error: {exc}", exc.kind)
-        except (KeyboardInterrupt, SystemExit):
-            raise
-        except Exception as exc:  # noqa: BLE001 - a bug in a tool is still a tool error, never a crash
-            return self._result(call.id, call.name, f"Error: tool {call.name!r} raised {type(exc).__name__}: {exc}", "exception")
-        return self._result(call.id, call.name, text, None)

@@ -10,6 +10,7 @@ import numpy as np
 from agent_gym.core.env import AgentEnv, Grade, Turn
 from agent_gym.core.prompts import PromptTemplates
 from agent_gym.core.tasks import TaskList
+from agent_gym.tools import ToolExecutor
 
 from agent_gym_searchqa.corpus import Passage, load_corpus, load_questions, world_passages
 from agent_gym_searchqa.index import SearchIndex, load_or_build
@@ -22,7 +23,7 @@ from agent_gym_searchqa.questions import (
     task_from_mapping,
 )
 from agent_gym_searchqa.reward import check_answer
-from agent_gym_searchqa.tools import CorpusTools, SearchToolExecutor
+from agent_gym_searchqa.tools import CorpusTools
 from agent_gym_searchqa.world import WORLD_SEED, World, generate_world
 
 __all__ = ["EXAMPLE_CALL", "NUM_TASKS", "SearchQAEnv"]
@@ -103,7 +104,7 @@ class SearchQAEnv(AgentEnv):
         super().__init__(tokenizer, tools=self.corpus_tools.tools(), **kwargs)
         if int(max_result_chars) < 1:
             raise ValueError(f"max_result_chars must be >= 1, got {max_result_chars}")
-        self.executor = SearchToolExecutor(self.tools, self.corpus_tools, max_output_chars=int(max_result_chars))
+        self.executor = ToolExecutor(self.tools, max_output_chars=int(max_result_chars))
 
     @property
     def passages(self) -> list[Passage]:

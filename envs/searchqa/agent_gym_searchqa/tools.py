@@ -15,20 +15,19 @@ from __future__ import annotations
 from typing import Any
 
 from agent_gym.core.prompts import PromptTemplates
-from agent_gym.tools import Tool, ToolError, ToolExecutor, ToolResult, tool
-from agent_gym.tools.parsing import ToolCall
+from agent_gym.tools import Tool, ToolError, tool
 
 from agent_gym_searchqa.index import SearchIndex
 
-__all__ = ["CorpusTools", "SearchInputError", "SearchToolExecutor"]
+__all__ = ["CorpusTools", "SearchInputError"]
 
 
 class SearchInputError(ToolError):
-    """Bad input to ``search`` or ``open``; ``kind`` is the error kind counted in ``info``."""
+    """Bad input to ``search`` or ``open``; ``kind`` is the error kind counted in ``info`` (the tool
+    executor reports a ToolError's kind)."""
 
     def __init__(self, kind: str, message: str):
-        super().__init__(message)
-        self.kind = kind
+        super().__init__(message, kind=kind)
 
 
 def _cut(text: str, limit: int) -> str:
@@ -109,23 +108,3 @@ class CorpusTools:
         return self.prompts.render(
             "searchqa_passage.j2", id=passage.id, title=passage.title, text=_cut(passage.text, self.max_passage_chars)
         )
-
-
-class SearchToolExecutor(ToolExecutor):
-    """A :class:`~agent_gym.tools.ToolExecutor` that reports bad ``search``/``open`` input with its own
-    kind (``empty_query``, ``unknown_doc_id``) instead of the generic ``exception``; everything else
-    (unknown tools, invalid arguments, malformed calls) is the base executor's."""
-
-    def __init__(self, tools: list[Tool], corpus_tools: CorpusTools, **kwargs: Any):
-        super().__init__(tools, **kwargs)
-        self.corpus_tools = corpus_tools
-
-    async def _execute_checked(self, call: ToolCall) -> ToolResult:
-        prepared = self._prepare(call)
-        if isinstance(prepared, ToolResult):
-            return prepared  # unknown tool, invalid arguments
-        _, args = prepared
-        error = self.corpus_tools.problem(call.name, args.model_dump())
-        if error is not None:
-            return self._result(call.id, call.name, f"Error: {error}", error.kind)
-        return await super()._execute_checked(call)
