@@ -25,18 +25,16 @@ import asyncio
 import concurrent.futures
 import dataclasses
 import inspect
-import json
 import math
 import re
 import threading
-import urllib.error
-import urllib.request
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal, SupportsFloat, Union
 
 import gymnasium as gym
 
+from agent_gym.chat.backends import ChatBackendError, HFChat, OpenAICompatibleChat
 from agent_gym.core.async_step import astep
 
 __all__ = [
@@ -218,10 +216,11 @@ class ScriptedJudge:
 
 
 class OpenAICompatibleJudge:
-    """A judge served over the OpenAI chat-completions API (vLLM's ``vllm serve``, any compatible server).
+    """A judge served over the OpenAI chat-completions API (vLLM's ``vllm serve``, any compatible server),
+    through :class:`agent_gym.chat.backends.OpenAICompatibleChat` (``urllib`` only, no client package).
 
-    Uses ``urllib`` only, so it needs no client package. Blocking: :class:`JudgeReward` runs it in a
-    worker thread under ``astep``, so many episodes wait on the server at once.
+    Blocking: :class:`JudgeReward` runs it in a worker thread under ``astep``, so many episodes wait on
+    the server at once.
 
     Args:
         url: the server (``http://host:8000``), its ``/v1`` base, or the full ``.../chat/completions`` URL.
@@ -246,71 +245,22 @@ class OpenAICompatibleJudge:
         system: str | None = None,
         extra_body: Mapping[str, Any] | None = None,
     ):
-        self.url = chat_completions_url(url)
+        self.chat = OpenAICompatibleChat(url, model, api_key=api_key, timeout_s=timeout_s, max_tokens=max_tokens,
+                                         temperature=temperature, extra_body=extra_body)
+        self.url = self.chat.url
         self.model = model
-        self.api_key = api_key
-        self.timeout_s = float(timeout_s)
-        self.max_tokens = int(max_tokens)
-        self.temperature = float(temperature)
         self.system = system
-        self.extra_body = dict(extra_body or {})
 
     def __repr__(self) -> str:
         return f"OpenAICompatibleJudge({self.url!r}, model={self.model!r})"  # never the api key
 
     def __call__(self, prompt: str) -> str:
-        request = urllib.request.Request(self.url, data=json.dumps(self._body(prompt)).encode(), headers=self._headers())
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                payload = json.loads(response.read().decode("utf-8"))
-        except urllib.error.HTTPError as exc:
-            detail = exc.read().decode("utf-8", "replace")[:300]
-            raise JudgeError(f"{self.url} answered HTTP {exc.code}: {detail or exc.reason}") from exc
-        except (TimeoutError, urllib.error.URLError) as exc:
-            reason = getattr(exc, "reason", exc)
-            if isinstance(reason, TimeoutError) or "timed out" in str(reason):
-                raise JudgeError(f"{self.url} timed out after {self.timeout_s:g} s; raise timeout_s= or check the server's load") from exc
-            raise JudgeError(f"{self.url} is unreachable ({reason}); is the server running (vllm serve MODEL)?") from exc
-        return _reply_text(payload, self.url)
-
-    def _body(self, prompt: str) -> dict[str, Any]:
-        messages = [{"role": "system", "content": self.system}] if self.system else []
-        messages.append({"role": "user", "content": prompt})
-        body: dict[str, Any] = {"model": self.model, "messages": messages, "max_tokens": self.max_tokens, "temperature": self.temperature}
-        body.update(self.extra_body)
-        return body
-
-    def _headers(self) -> dict[str, str]:
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        return headers
-
-
-def chat_completions_url(url: str) -> str:
-    """``.../v1/chat/completions`` from a server URL, its ``/v1`` base or the full endpoint."""
-    url = url.rstrip("/")
-    if url.endswith("/chat/completions"):
-        return url
-    if url.endswith("/v1"):
-        return f"{url}/chat/completions"
-    return f"{url}/v1/chat/completions"
-
-
-def _reply_text(payload: Any, url: str) -> str:
-    """The first choice's message text of a chat-completions response."""
-    try:
-        content = payload["choices"][0]["message"]["content"]
-    except (KeyError, IndexError, TypeError) as exc:
-        raise JudgeError(f"{url} sent no choices[0].message.content (is it a chat-completions endpoint?): {str(payload)[:200]}") from exc
-    if not isinstance(content, str):
-        raise JudgeError(f"{url} sent a non-text message content ({type(content).__name__}); ask the server for text")
-    return content
+        return _ask(self.chat, prompt, self.system)
 
 
 class HFJudge:
-    """A local transformers model as the judge: the rubric as one user turn of the tokenizer's chat
-    template, decoded greedily (the same verdict for the same prompt).
+    """A local transformers model as the judge (:class:`agent_gym.chat.backends.HFChat`): the rubric as
+    one user turn of the tokenizer's chat template, decoded greedily (the same verdict for the same prompt).
 
     The model loads on the first call (torch and transformers are imported then, not before), and calls
     are serialised: one model, one generate at a time. Small models (the embedded 135M default) rarely
@@ -323,34 +273,19 @@ class HFJudge:
     """
 
     def __init__(self, model: str | None = None, *, max_new_tokens: int = 256, device: str | None = None):
-        self.model_name = model
-        self.max_new_tokens = int(max_new_tokens)
-        self.device = device
-        self._lock = threading.Lock()
-        self._loaded: tuple[Any, Any] | None = None
+        self.chat = HFChat(model, max_new_tokens=max_new_tokens, device=device)
 
     def __call__(self, prompt: str) -> str:
-        with self._lock:
-            model, tokenizer = self._load()
-            import torch
+        return _ask(self.chat, prompt, None)
 
-            text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)
-            inputs = tokenizer(text, return_tensors="pt", add_special_tokens=False).to(model.device)
-            pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-            with torch.inference_mode():
-                out = model.generate(**inputs, do_sample=False, max_new_tokens=self.max_new_tokens, pad_token_id=pad)
-            return str(tokenizer.decode(out[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True))
 
-    def _load(self) -> tuple[Any, Any]:
-        if self._loaded is None:
-            import torch
-
-            from agent_gym.models import load_causal_lm, load_tokenizer
-
-            device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
-            model = load_causal_lm(self.model_name).to(device).eval()
-            self._loaded = (model, load_tokenizer(self.model_name))
-        return self._loaded
+def _ask(chat: Callable[[list[dict[str, str]]], str], prompt: str, system: str | None) -> str:
+    """The judge's reply to the rubric (a user turn, after ``system``); a backend failure is a JudgeError."""
+    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
+    try:
+        return chat(messages)
+    except ChatBackendError as exc:
+        raise JudgeError(str(exc)) from exc
 
 
 # -- the wrapper ---------------------------------------------------------------------------------------

@@ -13,7 +13,9 @@ without tool calls). :class:`ScriptedUser` needs nothing else; :class:`ModelUser
 - :class:`OpenAIUserBackend`: an OpenAI-compatible ``/v1/chat/completions`` URL (a vLLM server),
   through the standard library's ``urllib`` only;
 - :class:`HFUserBackend`: a local Hugging Face causal LM (:func:`agent_gym.models.load_causal_lm`)
-  through its tokenizer's chat template; torch and transformers are imported when it is built.
+  through its tokenizer's chat template; torch and transformers are imported at its first reply.
+
+Both are agent_gym's env-side chat backends (:mod:`agent_gym.chat.backends`), which judges use too.
 
 Every user opens with the scripted first message (so a task's opening prompt is the same data for
 every user, e.g. in a trainer's dataset).
@@ -21,12 +23,10 @@ every user, e.g. in a trainer's dataset).
 
 from __future__ import annotations
 
-import json
 import re
-import urllib.error
-import urllib.request
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
+from agent_gym.chat.backends import HFChat, OpenAICompatibleChat
 from agent_gym.core.prompts import PromptTemplates
 
 from agent_gym_customer_service.generate import CustomerServiceTask, Request
@@ -168,12 +168,13 @@ class ModelUser:
         return str(self.backend(messages)).strip()
 
 
-class OpenAIUserBackend:
-    """A model behind an OpenAI-compatible chat-completions URL (vLLM: ``vllm serve MODEL``), called
-    with the standard library only (no ``openai`` package).
+class OpenAIUserBackend(OpenAICompatibleChat):
+    """A model behind an OpenAI-compatible chat-completions URL as the customer (vLLM: ``vllm serve
+    MODEL``): agent_gym's :class:`~agent_gym.chat.backends.OpenAICompatibleChat` with the customer's
+    defaults (a short reply).
 
     Args:
-        base_url: the server's API root, e.g. ``"http://localhost:8000/v1"``.
+        base_url: the server, e.g. ``"http://localhost:8000/v1"``.
         model: the served model's name.
         api_key: sent as a bearer token when given.
         temperature, max_tokens: sampling settings of each reply.
@@ -182,33 +183,12 @@ class OpenAIUserBackend:
 
     def __init__(self, base_url: str, model: str, *, api_key: str | None = None, temperature: float = 0.0,
                  max_tokens: int = 256, timeout_s: float = 60.0):
-        self.url = base_url.rstrip("/") + "/chat/completions"
-        self.model = model
-        self.api_key = api_key
-        self.temperature = float(temperature)
-        self.max_tokens = int(max_tokens)
-        self.timeout_s = float(timeout_s)
-
-    def __call__(self, messages: list[dict[str, str]]) -> str:
-        body = {"model": self.model, "messages": messages, "temperature": self.temperature, "max_tokens": self.max_tokens}
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        request = urllib.request.Request(self.url, data=json.dumps(body).encode(), headers=headers, method="POST")
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:  # noqa: S310 - the user's own URL
-                payload = json.loads(response.read().decode())
-        except urllib.error.URLError as exc:
-            raise RuntimeError(f"the user model at {self.url} did not answer ({exc}); is the server running?") from exc
-        try:
-            return str(payload["choices"][0]["message"]["content"] or "")
-        except (KeyError, IndexError, TypeError) as exc:
-            raise RuntimeError(f"the user model at {self.url} sent no choices[0].message.content: {str(payload)[:200]}") from exc
+        super().__init__(base_url, model, api_key=api_key, temperature=temperature, max_tokens=max_tokens, timeout_s=timeout_s)
 
 
-class HFUserBackend:
-    """A local Hugging Face causal LM as the customer (greedy by default, on CPU unless the model is
-    placed elsewhere by ``model_kwargs``).
+class HFUserBackend(HFChat):
+    """A local Hugging Face causal LM as the customer: agent_gym's :class:`~agent_gym.chat.backends.HFChat`
+    (greedy by default, loaded on the first reply).
 
     Args:
         model: a name or path :func:`agent_gym.models.load_causal_lm` reads (``None``: the default model).
@@ -219,24 +199,8 @@ class HFUserBackend:
 
     def __init__(self, model: str | None = None, *, max_new_tokens: int = 128, do_sample: bool = False,
                  temperature: float = 1.0, model_kwargs: Mapping[str, Any] | None = None):
-        from agent_gym.models import load_causal_lm, load_tokenizer
-
-        self.model = load_causal_lm(model, **dict(model_kwargs or {}))
-        self.tokenizer = load_tokenizer(model)
-        self.max_new_tokens = int(max_new_tokens)
-        self.do_sample = bool(do_sample)
-        self.temperature = float(temperature)
-
-    def __call__(self, messages: list[dict[str, str]]) -> str:
-        import torch
-
-        ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
-        ids = {k: v.to(self.model.device) for k, v in ids.items()}
-        extra = {"temperature": self.temperature} if self.do_sample else {}
-        with torch.no_grad():
-            out = self.model.generate(**ids, max_new_tokens=self.max_new_tokens, do_sample=self.do_sample,
-                                      pad_token_id=self.tokenizer.pad_token_id or self.tokenizer.eos_token_id, **extra)
-        return str(self.tokenizer.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True))
+        super().__init__(model, max_new_tokens=max_new_tokens, do_sample=do_sample, temperature=temperature,
+                         model_kwargs=model_kwargs)
 
 
 def make_user(spec: str | UserBackend, user_model: str | None = None) -> Callable[[CustomerServiceTask, PromptTemplates], User]:
