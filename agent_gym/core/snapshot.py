@@ -133,7 +133,10 @@ def restore_into(base: Any, snap: EnvSnapshot) -> None:
     for name, state in snap.tool_state.items():
         if name not in tools or not callable(getattr(tools[name], "restore_state", None)):
             raise SnapshotError(f"the snapshot holds the state of tool {name!r}, which this env has no way to restore")
-        tools[name].restore_state(state)
+        try:
+            tools[name].restore_state(state)
+        except Exception as exc:  # noqa: BLE001 - any failure to rebuild is the restore's failure, said as one
+            raise SnapshotError(f"tool {name!r} could not rebuild its state: {exc}") from exc
     ctx = ChatContext(base.template)
     c = snap.context
     ctx.ids, ctx.messages, ctx.tools = list(c["ids"]), copy.deepcopy(c["messages"]), copy.deepcopy(c["tools"])

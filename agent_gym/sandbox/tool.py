@@ -12,7 +12,6 @@ executor shows to the policy as ``Error: <output and traceback>`` (kind ``except
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -133,21 +132,22 @@ class PythonTool(Tool):
         """Start this tool's episode over as ``state`` left it (see :meth:`snapshot_state`).
 
         Raises:
-            SnapshotError: a re-run cell printed something else than it did (the code is not
-                deterministic: time, randomness, the file system), so the session would differ.
+            RuntimeError: a re-run cell printed something else than it did (the code is not
+                deterministic: time, randomness, the file system), so the session would differ
+                (``restore`` reports it as a ``SnapshotError``).
         """
-        from agent_gym.core.snapshot import SnapshotError
-        from agent_gym.rollout.async_runner import run_sync
-
         self.new_episode(files=state["files"], prelude=state["prelude"])
         if not self.stateful:
             self.cells = list(state["cells"])  # each call ran in a fresh interpreter: nothing to rebuild
             return
+        self._session = self.sandbox.session(files=self.files, prelude=self.prelude)
         for k, (code, expected) in enumerate(zip(state["cells"], state["outputs"])):
-            result: SandboxResult = run_sync(functools.partial(self.arun_code, code))
+            result = self._session.run(code)  # blocking: a restore is synchronous
+            self.results.append(result)
+            self.cells.append(code)
             if result.text() != expected:
                 self.close()
-                raise SnapshotError(
+                raise RuntimeError(
                     f"re-running cell {k + 1} of the episode in a fresh sandbox printed {result.text()[:200]!r}, "
                     f"not {expected[:200]!r}: the cells are not deterministic, so this stateful session cannot be restored"
                 )
