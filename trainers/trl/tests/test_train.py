@@ -147,3 +147,58 @@ def test_two_steps_on_a_multi_turn_tool_env_with_trls_generation(tmp_path, token
     )
     trajectories = [t for record in trainer.records for t in record["trajectories"]]
     assert any(t.final_info.get("tool_calls") for t in trajectories), "no episode called the tool"
+
+
+class _ToolThenAnswer:
+    """A scripted policy for the tool envs of the catalogue: its first turn calls the env's tool, every
+    later one answers (the answers alternate between episodes, so a GRPO group can differ). It tells a
+    first turn by the prompt's one assistant header (SmolLM2's ChatML)."""
+
+    def __init__(self, tokenizer, call, answers):
+        from agent_gym.chat.template import ChatTemplate
+        from agent_gym.tools import HermesParser
+
+        self.tokenizer, self.call, self.answers = tokenizer, HermesParser().format_calls([call]), list(answers)
+        self.template = ChatTemplate(tokenizer)
+        self.stop_ids = list(self.template.end_of_turn_ids)
+        self.answered = 0
+
+    def generate(self, prompts, *, max_new_tokens):
+        from agent_gym.rollout.policy import Generation
+
+        out = []
+        for prompt in prompts:
+            first = self.tokenizer.decode(prompt).count("<|im_start|>assistant") == 1
+            if first:
+                reply = self.call
+            else:
+                reply = self.answers[self.answered % len(self.answers)]
+                self.answered += 1
+            ids = (self.template.encode(reply) + self.stop_ids)[:max_new_tokens]
+            out.append(Generation(ids=ids, logprobs=None, finish_reason="stop"))
+        return out
+
+
+NEW_ENVS = {
+    "AgentR1/SearchQA-v0": ({"difficulty": "easy", "max_turns": 3, "top_k": 1, "snippet_chars": 60},
+                            {"name": "search", "arguments": {"query": "founded"}},
+                            ["<answer>nobody</answer>", "<answer>Velmont Press</answer>"]),
+    "AgentR1/CustomerService-v0": ({"difficulty": "easy", "max_turns": 3},
+                                   {"name": "get_product", "arguments": {"product_id": "P0"}},
+                                   ["Could you give me your email address?", "Thank you."]),
+    "AgentR1/MCPTask-v0": ({"max_turns": 3}, {"name": "stock", "arguments": {"item": "bolts"}}, ["#### 1", "#### 2"]),
+}
+
+
+@pytest.mark.parametrize("env_id", sorted(NEW_ENVS))
+def test_two_steps_on_the_catalogue_envs_with_a_scripted_tool_user(tmp_path, tokenizer, env_id):
+    env_kwargs, call, answers = NEW_ENVS[env_id]
+    policy = _ToolThenAnswer(tokenizer, call, answers)
+    trainer, _ = run(tmp_path, tokenizer, model_name="smollm2-135m-instruct", env_id=env_id, env_kwargs=env_kwargs,
+                     policy=policy, max_completion_length=160)
+    for record in trainer.records:
+        for t in record["trajectories"]:
+            assert len(t.steps) >= 2 and t.steps[0].info["tool_calls"] == 1  # the call, then the answer
+            assert t.metadata["truncated_reason"] != "max_completion_tokens"  # the samples hold whole episodes
+        env_ids = (record["batch"]["tool_mask"] == 0) & (record["batch"]["completion_mask"] == 1)
+        assert int(env_ids.sum(1).min()) > 0  # every sample holds the tool's reply, masked out
