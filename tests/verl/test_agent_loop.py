@@ -466,3 +466,37 @@ def test_a_concat_episode_that_ends_on_empty_actions_keeps_its_reward_on_a_train
         # GAE and REINFORCE++ carry only rewards on policy ids back to the earlier ids.
         key = "advantages" if estimator == "grpo" else "returns"
         assert data.batch[key][policy].tolist() == pytest.approx([-1.0] * len(move), abs=1e-5), estimator
+
+
+@pytest.mark.parametrize(
+    "env_id, env_kwargs, turns",
+    [
+        ("AgentR1/CustomerService-v0", {"difficulty": "easy", "max_turns": 3},
+         ['<tool_call>\n{"name": "get_product", "arguments": {"product_id": "P0"}}\n</tool_call>',
+          "Could you give me your email address?", "Thank you, anything else?"]),
+        ("AgentR1/SearchQA-v0", {"difficulty": "easy", "max_turns": 3, "top_k": 1},
+         ['<tool_call>\n{"name": "search", "arguments": {"query": "founded"}}\n</tool_call>', "<answer>nobody</answer>"]),
+    ],
+)
+def test_concat_mode_plays_the_catalogue_envs_token_for_token(model_dir, verl_tokenizer, tmp_path, env_id, env_kwargs, turns):
+    """The tool envs of the catalogue under verl's worker: the row is the env's context (tool results and the
+    simulated customer's turns as env ids, outside response_mask), the score its return."""
+    if env_id == "AgentR1/SearchQA-v0":
+        pytest.importorskip("bm25s")
+    parquet = str(export_env(env_id, "test", tmp_path / "data", mode="concat", limit=1, env_kwargs=env_kwargs))
+    cfg = verl_config(model_dir, "data.max_prompt_length=2048", "data.max_response_length=1024")  # the shop's policy prompt
+    al._ENV_POOL.clear()
+    actions = [verl_tokenizer.encode(t + "<|im_end|>", add_special_tokens=False) for t in turns]
+    server = _TurnsServer(actions)
+    worker = compat.make_agent_loop_worker(cfg, server)
+    batch = dataset_batch(cfg, parquet, worker.tokenizer, rows=[0])
+    out = _run(worker, batch)
+    row = _unpad(out, 0)
+    [key] = list(al._ENV_POOL)
+    [env] = al._ENV_POOL[key]
+    context = list(env.unwrapped.context.ids)
+    played = actions[: server.calls]
+    assert row["prompt"] + row["response"] == context[: len(row["prompt"]) + len(row["response"])]
+    assert sum(row["mask"]) == sum(len(a) for a in played)  # every policy id trained, no env id
+    assert len(row["response"]) > sum(len(a) for a in played)  # the env's replies are in the row, masked
+    assert out.non_tensor_batch["tool_calls"][0] == 1.0
