@@ -163,6 +163,10 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, BaseException | 
     p.add_argument("--temperature", type=float, default=0.0, help="0 decodes greedily (default: %(default)s)")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... or auto (transformers backend; default: %(default)s)")
     p.add_argument("--gpu-memory-utilization", type=float, default=0.5, help="vLLM's share of the GPU (vllm backend; default: %(default)s)")
+    p.add_argument("--env-workers", type=positive_int, default=None, metavar="N",
+                   help="step the envs in N Ray worker processes (agent_gym.rollout.ray_pool; needs "
+                   "`pip install \"agent-r1-gym[ray]\"`; a running cluster where RAY_ADDRESS names one; docs/ray.md) "
+                   "instead of this process")
     p.add_argument("--out", default=None, help="trajectories JSONL (default: runs/<id>-<timestamp>.jsonl)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON (and nothing else) on stdout")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (it goes to stderr)")
@@ -521,8 +525,15 @@ def _run_eval(args: argparse.Namespace, env_id: str, out: Path, model_name: str)
         env_id=env_id,
         metadata=metadata,
     )
-    policy, run = _eval_runner(args, model_name, tokenizer, stop_ids, envs, slots, common)
-    result = _play_to_file(run, policy, out)
+    pool = _env_worker_pool(args, env_id, kwargs, slots) if args.env_workers else None
+    if pool is not None:
+        envs = [pool.make_env] * slots  # the local first env still gives the template and the task ids
+    try:
+        policy, run = _eval_runner(args, model_name, tokenizer, stop_ids, envs, slots, common)
+        result = _play_to_file(run, policy, out)
+    finally:
+        if pool is not None:
+            pool.close()
     if isinstance(result, int):
         return result
     summary = {"env_id": env_id, "model": model_name, **result.summary(), "trajectories": str(out)}
@@ -530,6 +541,16 @@ def _run_eval(args: argparse.Namespace, env_id: str, out: Path, model_name: str)
         return summary
     _print_summary(summary)
     return 0
+
+
+def _env_worker_pool(args: argparse.Namespace, env_id: str, kwargs: dict[str, Any], slots: int) -> Any:
+    """``--env-workers N``: a RayEnvPool with a slot for every episode in flight (the batched driver plays
+    in rounds that wait for every slot: a slot left waiting for an env would stall them all)."""
+    from agent_gym.rollout.ray_pool import RayEnvPool
+
+    per_worker = -(-slots // args.env_workers)
+    return user_errors(lambda: RayEnvPool(env_id, num_workers=args.env_workers, env_kwargs=kwargs, tokenizer=args.model,
+                                          envs_per_worker=per_worker))
 
 
 def _eval_runner(

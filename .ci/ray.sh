@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The Ray env pool's CI: installs Ray (the [ray] extra, at the tested version) into the active virtualenv
+# (the README's .venv) and runs the tests that need it: tests/test_ray_pool.py (a local Ray cluster on
+# CPU: the same trajectories as in-process, a worker killed mid-episode) and docs/ray.md's example.
+#
+#   bash .ci/ray.sh     # .venv activated (called by .ci/run after the README's tests)
+#
+# Not in the README's install: Ray is a large optional dependency that only the env pool uses; the
+# README's test command skips these tests without it.
+set -uo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$REPO"
+RAY_VERSION=${RAY_VERSION:-2.60.0}
+log() { printf '[ray-ci %(%H:%M:%S)T] %s\n' -1 "$*"; }
+
+if [[ -z ${VIRTUAL_ENV:-} ]]; then
+  log "no virtualenv is active: activate the README's .venv first (. .venv/bin/activate)"
+  exit 1
+fi
+python -m pip install -q --disable-pip-version-check "ray==$RAY_VERSION" 2>&1 | grep -v -E '^WARNING: Location|is ignored: it is neither'
+[[ ${PIPESTATUS[0]} -eq 0 ]] || { log "pip install ray==$RAY_VERSION failed"; exit 1; }
+log "ray $(python -c 'import ray; print(ray.__version__)')"
+python -m pytest tests/test_ray_pool.py "tests/test_doc_blocks.py" -k "ray" -q -p no:cacheprovider -rs
