@@ -71,6 +71,14 @@ def step_calls(env: Any, tok: Any, *pairs: tuple[str, dict[str, Any]], fmt: str 
     return [m["content"] for m in obs["messages"][-len(pairs):]], info
 
 
+def set_then_get(env: Any, tok: Any, key: str, value: str, fmt: str = "hermes") -> tuple[list[str], dict[str, Any]]:
+    """Two turns, ``set`` then ``get``: the calls of one turn run concurrently, so a ``get`` beside its
+    ``set`` may run first. The tool messages of both, and the second step's info."""
+    first, _ = step_calls(env, tok, ("set", {"key": key, "value": value}), fmt=fmt)
+    second, info = step_calls(env, tok, ("get", {"key": key}), fmt=fmt)
+    return first + second, info
+
+
 @pytest.fixture(autouse=True)
 def no_server_left_behind():
     before = {p.pid for p in kv_processes()}
@@ -106,7 +114,7 @@ def test_results_and_counted_error_kinds(tok):
     obs, _ = env.reset(options={"task_id": "test-0"})
     (set_schema,) = [s for s in obs["tools"] if s["function"]["name"] == "set"]
     assert set_schema["function"]["parameters"]["required"] == ["key", "value"]
-    assert step_calls(env, tok, ("set", {"key": "a", "value": "1"}), ("get", {"key": "a"}))[0] == ["stored a", "1"]
+    assert set_then_get(env, tok, "a", "1")[0] == ["stored a", "1"]
     texts, info = step_calls(
         env, tok, ("get", {"key": 3}), ("get", {}), ("fail", {"reason": "disk full"}), ("picture", {}), ("calculate", {"expression": "6*7"})
     )
@@ -141,7 +149,7 @@ def test_fresh_state_each_episode_and_a_crashed_server_restarts(tok):
     texts, info = step_calls(env, tok, ("get", {"key": "a"}))
     assert info["tool_error_kinds"] == {"mcp_server_crashed": 2}
     env.reset(seed=0)
-    texts, info = step_calls(env, tok, ("set", {"key": "b", "value": "2"}), ("get", {"key": "b"}))
+    texts, info = set_then_get(env, tok, "b", "2")
     assert texts == ["stored b", "2"] and info["tool_error_kinds"] == {}
     env.close()
 
@@ -190,7 +198,7 @@ def test_every_tool_format_offers_and_calls_mcp_tools(tok, fmt):
     obs, _ = env.reset(seed=0)
     system = obs["messages"][0]["content"]
     assert "Store value under key." in system
-    texts, info = step_calls(env, tok, ("set", {"key": "k", "value": "v w"}), ("get", {"key": "k"}), fmt=fmt)
+    texts, info = set_then_get(env, tok, "k", "v w", fmt=fmt)
     assert texts == ["stored k", "v w"] and info["tool_errors"] == 0 and info["format_errors"] == 0
     env.close()
 
@@ -252,7 +260,7 @@ def test_streamable_http_server(tok, http_url):
     # the 2025 protocol era: HTTP sessions (Mcp-Session-Id), which this server keeps its state in
     env = make(tok, [{"url": http_url, "protocol": "legacy", "timeout_s": 2.0}])
     env.reset(seed=0)
-    texts, _ = step_calls(env, tok, ("set", {"key": "a", "value": "1"}), ("get", {"key": "a"}))
+    texts, _ = set_then_get(env, tok, "a", "1")
     assert texts == ["stored a", "1"]
     texts, info = step_calls(env, tok, ("slow", {"seconds": 30}), ("fail", {"reason": "x"}), ("get", {"key": 1}))
     assert info["tool_results"] == ["mcp_timeout", "mcp_error", "invalid_arguments"]
