@@ -30,7 +30,7 @@ from agent_gym.core.async_step import astep
 from agent_gym.rollout.policy import Generation
 from agent_gym.trajectory import StepRecord, Trajectory
 
-__all__ = ["EndEpisode", "GenerateFn", "play_episode", "env_id_of", "replay_metadata"]
+__all__ = ["EndEpisode", "GenerateFn", "play_episode", "env_id_of", "replay_metadata", "step_record"]
 
 #: ``async (prompt_ids) -> Generation``: the policy's continuation of the env's prompt ids.
 GenerateFn = Callable[[list[int]], Awaitable[Generation]]
@@ -220,7 +220,7 @@ async def _play_steps(
         seconds = time.perf_counter() - started
         played.env_s += seconds
         done = bool(terminated or truncated)
-        record = _step_record(trajectory_id, len(played.steps), prompt, generation, reward, terminated, truncated, info)
+        record = step_record(trajectory_id, len(played.steps), prompt, generation, reward, terminated, truncated, info)
         played.steps.append(record)
         played.finish_reasons.append(generation.finish_reason)
         if on_step is not None:
@@ -228,7 +228,7 @@ async def _play_steps(
     return played
 
 
-def _step_record(
+def step_record(
     trajectory_id: str,
     step: int,
     prompt: list[int],

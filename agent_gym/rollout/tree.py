@@ -30,7 +30,7 @@ import numpy as np
 
 from agent_gym.core.async_step import astep
 from agent_gym.core.snapshot import EnvSnapshot, restore
-from agent_gym.rollout.episode import GenerateFn, env_id_of, replay_metadata
+from agent_gym.rollout.episode import GenerateFn, env_id_of, replay_metadata, step_record
 from agent_gym.trajectory import StepRecord, Trajectory
 
 __all__ = ["play_tree", "tree_advantages", "TreeStats"]
@@ -69,22 +69,7 @@ async def _play_from(env: Any, generate: GenerateFn, branch: _Branch, *, max_ste
         prompt = np.asarray(base.context.prompt_ids).tolist()
         generation = await generate(prompt)
         obs, reward, terminated, truncated, info = await astep(env, np.asarray(generation.ids, dtype=np.int64))
-        kept = len(generation.ids) - int(info.get("ids_after_end_of_turn", 0) or 0)
-        logprobs = generation.logprobs
-        branch.steps.append(
-            StepRecord(
-                trajectory_id=branch.id,
-                step=len(branch.steps),
-                prompt_ids=prompt,
-                response_ids=list(generation.ids)[:kept],
-                response_logprobs=None if logprobs is None else [float(x) for x in list(logprobs)[:kept]],
-                reward=float(reward),
-                terminated=bool(terminated),
-                truncated=bool(truncated),
-                new_segment=bool(info.get("new_segment", False)),
-                info=dict(info),
-            )
-        )
+        branch.steps.append(step_record(branch.id, len(branch.steps), prompt, generation, reward, terminated, truncated, info))
         branch.messages = obs["messages"]
         done = bool(terminated or truncated)
 
