@@ -35,6 +35,9 @@ EPISODES: dict[str, tuple[dict, list[str]]] = {
     "AgentR1/FrozenLake-v0/last_k": ({"difficulty": "easy", "context": "last_k", "last_k": 1},
                                       ["<action>Right</action>", "<action>Down</action>", "<action>Down</action>"]),
     "AgentR1/Wordle-v0": ({}, ["<guess>crane</guess>", "<guess>slate</guess>", "<guess>pious</guess>"]),
+    "AgentR1/TableQA-v0": ({"difficulty": "easy"}, [
+        HermesParser().format_calls([{"name": "python", "arguments": {"code": "n = 2 + 3\nprint(n)"}}]),
+        HermesParser().format_calls([{"name": "python", "arguments": {"code": "print(n * 2)"}}]), "#### 10"]),
     "AgentR1/SearchQA-v0": ({"difficulty": "medium"}, [
         HermesParser().format_calls([{"name": "search", "arguments": {"query": "founded"}}]),
         HermesParser().format_calls([{"name": "open", "arguments": {"doc_id": "w00001"}}]),
