@@ -192,6 +192,14 @@ NEW_ENVS = {
 
 @pytest.mark.parametrize("env_id", sorted(NEW_ENVS))
 def test_two_steps_on_the_catalogue_envs_with_a_scripted_tool_user(tmp_path, tokenizer, env_id):
+    import trl
+
+    from agent_gym_trl.private import TESTED_RELEASES
+
+    if trl.__version__ != TESTED_RELEASES[-1]:
+        # These check the envs through the adapter; the adapter's trl versions are checked by the tests
+        # above, so the envs are played under the newest tested release only (CI time).
+        pytest.skip(f"the catalogue envs are checked under trl {TESTED_RELEASES[-1]}, this is {trl.__version__}")
     env_kwargs, call, answers = NEW_ENVS[env_id]
     policy = _ToolThenAnswer(tokenizer, call, answers)
     trainer, _ = run(tmp_path, tokenizer, model_name="smollm2-135m-instruct", env_id=env_id, env_kwargs=env_kwargs,
