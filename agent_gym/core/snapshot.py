@@ -23,7 +23,7 @@ import pickle
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["EnvSnapshot", "SnapshotError", "fork", "restore", "snapshot"]
+__all__ = ["EnvSnapshot", "SnapshotError", "fork", "make_like", "restore", "snapshot"]
 
 
 class SnapshotError(RuntimeError):
@@ -170,6 +170,21 @@ def restore(env: Any, snap: EnvSnapshot) -> Any:
     return env
 
 
+def make_like(env: Any) -> Any:
+    """A fresh env of ``env``'s id and arguments (``gym.make`` with its spec's kwargs; the tokenizer object
+    itself is passed on: ``gym.make(spec)`` would deep-copy it for every env).
+
+    Raises:
+        SnapshotError: ``env`` was not made by ``gym.make``.
+    """
+    import gymnasium as gym
+
+    spec = env.unwrapped.spec
+    if spec is None:
+        raise SnapshotError(f"{type(env.unwrapped).__name__} was not made by gym.make: make it with gym.make to fork it")
+    return gym.make(spec.id, **dict(spec.kwargs))
+
+
 def fork(env: Any, n: int) -> list[Any]:
     """``n`` fresh envs (``gym.make`` with ``env``'s id and arguments) continuing ``env``'s episode.
 
@@ -178,13 +193,7 @@ def fork(env: Any, n: int) -> list[Any]:
     Raises:
         SnapshotError: the env cannot be copied (the reason), or was not made by ``gym.make``.
     """
-    import gymnasium as gym
-
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     snap = env.unwrapped.snapshot()
-    spec = env.unwrapped.spec
-    if spec is None:
-        raise SnapshotError(f"{type(env.unwrapped).__name__} was not made by gym.make: make it with gym.make to fork it")
-    kwargs = dict(spec.kwargs)  # the tokenizer object itself: gym.make(spec) would deep-copy it per fork
-    return [restore(gym.make(spec.id, **kwargs), snap) for _ in range(n)]
+    return [restore(make_like(env), snap) for _ in range(n)]

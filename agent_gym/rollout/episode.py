@@ -30,7 +30,7 @@ from agent_gym.core.async_step import astep
 from agent_gym.rollout.policy import Generation
 from agent_gym.trajectory import StepRecord, Trajectory
 
-__all__ = ["EndEpisode", "GenerateFn", "play_episode", "env_id_of", "replay_metadata", "step_record"]
+__all__ = ["EndEpisode", "GenerateFn", "play_episode", "env_id_of", "replay_metadata"]
 
 #: ``async (prompt_ids) -> Generation``: the policy's continuation of the env's prompt ids.
 GenerateFn = Callable[[list[int]], Awaitable[Generation]]
@@ -198,14 +198,21 @@ async def _play_steps(
     *,
     max_steps: int | None,
     on_step: Callable[[StepRecord, float], None] | None,
+    before_step: Callable[[], None] | None = None,
+    first_step: int = 0,
 ) -> _Played:
-    """Generate and step from ``obs`` until the env ends the episode, ``max_steps`` or :class:`EndEpisode`."""
+    """Generate and step from ``obs`` until the env ends the episode, ``max_steps`` or :class:`EndEpisode`.
+
+    ``first_step`` numbers the records (a branch of a tree continues an episode that is ``first_step`` steps
+    in, and ``max_steps`` counts those); ``before_step`` runs before each generation (a tree's snapshot)."""
     played = _Played(obs=obs)
     done = False
     while not done:
-        if max_steps is not None and len(played.steps) >= max_steps:
+        if max_steps is not None and first_step + len(played.steps) >= max_steps:
             played.stopped = "max_steps"
             break
+        if before_step is not None:
+            before_step()
         prompt = np.asarray(played.obs["prompt_ids"]).tolist()
         started = time.perf_counter()
         try:
@@ -220,7 +227,7 @@ async def _play_steps(
         seconds = time.perf_counter() - started
         played.env_s += seconds
         done = bool(terminated or truncated)
-        record = step_record(trajectory_id, len(played.steps), prompt, generation, reward, terminated, truncated, info)
+        record = _step_record(trajectory_id, first_step + len(played.steps), prompt, generation, reward, terminated, truncated, info)
         played.steps.append(record)
         played.finish_reasons.append(generation.finish_reason)
         if on_step is not None:
@@ -228,7 +235,7 @@ async def _play_steps(
     return played
 
 
-def step_record(
+def _step_record(
     trajectory_id: str,
     step: int,
     prompt: list[int],

@@ -21,10 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
-import numpy as np
 
 from agent_gym.tools.executor import ToolExecutor, ToolResult
-from agent_gym.trajectory import Trajectory, read_trajectories, to_jsonable
+from agent_gym.rollout.episode import EndEpisode, play_episode
+from agent_gym.rollout.policy import Generation
+from agent_gym.trajectory import StepRecord, Trajectory, read_trajectories, to_jsonable
 
 __all__ = ["Difference", "ReplayReport", "RecordedTools", "replay"]
 
@@ -167,41 +168,52 @@ def replay_one(
     tokenizer: Any = None,
     env_kwargs: Mapping[str, Any] | None = None,
 ) -> ReplayReport:
-    """Replay one trajectory (see :func:`replay`)."""
+    """Replay one trajectory (see :func:`replay`): the episode engine plays it, with the recorded actions
+    as its generate function, which checks each prompt before the step; each step's reward, flags and
+    ``info`` are checked after it."""
+    from agent_gym.rollout.async_runner import run_sync
+
     env = _make_env(trajectory, tokenizer, env_kwargs)
     try:
         meta = trajectory.metadata
         options = dict(meta.get("reset_options") or {})
         if "task" not in options and trajectory.task_id is not None:
             options["task_id"] = trajectory.task_id
-        env.reset(seed=trajectory.seed, options=options or None)
-        base = env.unwrapped
         if tools == "recorded":
             answers = [(list(s.info.get("tool_results") or []), list(s.info["tool_outputs"]))
                        for s in trajectory.steps if "tool_outputs" in s.info]
-            base.executor = RecordedTools(base.executor, answers)
-        difference = None
-        done = 0
-        prompt = np.asarray(base.context.prompt_ids).tolist()
-        for record in trajectory.steps:
-            if prompt != list(record.prompt_ids):
-                difference = Difference(record.step, "prompt_ids", record.prompt_ids, prompt)
-                break
-            obs, reward, terminated, truncated, info = env.step(np.asarray(record.response_ids, dtype=np.int64))
-            done += 1
-            for what, rec, rep in (("reward", record.reward, float(reward)), ("terminated", record.terminated, bool(terminated)),
-                                   ("truncated", record.truncated, bool(truncated))):
+            env.unwrapped.executor = RecordedTools(env.unwrapped.executor, answers)
+        recorded = trajectory.steps
+        found: list[Difference] = []
+        played = [0]
+
+        async def generate(prompt_ids: list[int]) -> Generation:
+            k = played[0]
+            if found or k >= len(recorded):  # diverged, or the recording ends here (a trainer's stop)
+                raise EndEpisode("replayed")
+            if list(prompt_ids) != list(recorded[k].prompt_ids):
+                found.append(Difference(recorded[k].step, "prompt_ids", recorded[k].prompt_ids, list(prompt_ids)))
+                raise EndEpisode("replayed")
+            played[0] += 1
+            return Generation(list(recorded[k].response_ids), None, "stop")
+
+        def check(step: StepRecord, _seconds: float) -> None:
+            record = recorded[step.step]
+            for what, rec, rep in (("reward", record.reward, step.reward), ("terminated", record.terminated, step.terminated),
+                                   ("truncated", record.truncated, step.truncated)):
                 if rec != rep:
-                    difference = Difference(record.step, what, rec, rep)
-                    break
-            difference = difference or _first_info_difference(record.info, info, record.step)
+                    found.append(Difference(record.step, what, rec, rep))
+                    return
+            difference = _first_info_difference(record.info, step.info, record.step)
             if difference is not None:
-                break
-            prompt = np.asarray(obs["prompt_ids"]).tolist()
-            if (terminated or truncated) and record is not trajectory.steps[-1]:
-                difference = Difference(record.step, "steps", len(trajectory.steps), done)
-                break
-        return ReplayReport(trajectory.id, trajectory.env_id, trajectory.task_id, done, difference)
+                found.append(difference)
+
+        replayed = run_sync(lambda: play_episode(env, generate, seed=trajectory.seed, options=options or None,
+                                                 env_id=trajectory.env_id, on_step=check))
+        done = len(replayed.steps)
+        if not found and done < len(recorded):  # the env ended the episode before the recording did
+            found.append(Difference(done - 1, "steps", len(recorded), done))
+        return ReplayReport(trajectory.id, trajectory.env_id, trajectory.task_id, done, found[0] if found else None)
     finally:
         env.close()
 

@@ -20,17 +20,16 @@ to the continuation's steps from the branch point to its own next branch point.
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import statistics
 import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Collection, Literal, Mapping
 
-import numpy as np
 
-from agent_gym.core.async_step import astep
-from agent_gym.core.snapshot import EnvSnapshot, restore
-from agent_gym.rollout.episode import GenerateFn, env_id_of, replay_metadata, step_record
+from agent_gym.core.snapshot import EnvSnapshot, make_like, restore
+from agent_gym.rollout.episode import GenerateFn, _play_steps, env_id_of, replay_metadata
 from agent_gym.trajectory import StepRecord, Trajectory
 
 __all__ = ["play_tree", "tree_advantages", "TreeStats"]
@@ -61,17 +60,21 @@ class _Branch:
 
 
 async def _play_from(env: Any, generate: GenerateFn, branch: _Branch, *, max_steps: int | None) -> None:
-    """Generate and step from ``env``'s current state to the end, appending records and snapshots."""
+    """Play from ``env``'s current state to the end with the episode engine's step loop, appending the
+    records and a snapshot of the env before every step."""
     base = env.unwrapped
-    done = False
-    while not done and (max_steps is None or len(branch.steps) < max_steps):
-        branch.snapshots.append(base.snapshot())
-        prompt = np.asarray(base.context.prompt_ids).tolist()
-        generation = await generate(prompt)
-        obs, reward, terminated, truncated, info = await astep(env, np.asarray(generation.ids, dtype=np.int64))
-        branch.steps.append(step_record(branch.id, len(branch.steps), prompt, generation, reward, terminated, truncated, info))
-        branch.messages = obs["messages"]
-        done = bool(terminated or truncated)
+    played = await _play_steps(
+        env,
+        generate,
+        base.context.observation(),
+        branch.id,
+        max_steps=max_steps,
+        on_step=None,
+        before_step=lambda: branch.snapshots.append(base.snapshot()),
+        first_step=len(branch.steps),
+    )
+    branch.steps.extend(played.steps)
+    branch.messages = played.obs["messages"]
 
 
 def _surprisal(record: StepRecord) -> float:
@@ -141,13 +144,9 @@ async def play_tree(
     if width < 2:
         raise ValueError(f"width must be >= 2 (the parent's continuation and at least one branch), got {width}")
     if make_env is None:
-        import gymnasium as gym
-
-        spec = env.unwrapped.spec
-        if spec is None:
+        if env.unwrapped.spec is None:
             raise ValueError("env was not made by gym.make: pass make_env= (a fresh env of the same kind)")
-        kwargs = dict(spec.kwargs)
-        make_env = lambda: gym.make(spec.id, **kwargs)  # noqa: E731
+        make_env = functools.partial(make_like, env)
     reset_options = dict(options or {})
     if task_id is not None:
         reset_options["task_id"] = str(task_id)
