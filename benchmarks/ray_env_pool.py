@@ -2,7 +2,7 @@
 """RayEnvPool throughput: GSM8KPython episodes stepped in 1, 2, ... Ray env workers, against the ideal.
 
 Each episode of ``AgentR1/GSM8KPython-v0`` is ``--turns`` sandboxed python calls (``print(turn + 1)``,
-or code that sleeps ``--sleep-ms``) and then an answer, played by a scripted policy that costs
+code that sleeps ``--sleep-ms``, or code that keeps a core busy for ``--busy-ms``, as real code does) and then an answer, played by a scripted policy that costs
 (almost) nothing, so the run measures the env side: resets, env steps, the sandbox, and for the pool
 the Ray round trips. The episodes are driven from this process by
 :func:`agent_gym.rollout.async_runner.arun_episodes` with ``pool.make_env`` as the env factory and
@@ -23,7 +23,6 @@ load, both printed.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import time
@@ -56,26 +55,32 @@ class TurnPolicy:
         return out
 
 
-def replies(turns: int, sleep_ms: float) -> list[str]:
+def replies(turns: int, sleep_ms: float, busy_ms: float = 0.0) -> list[str]:
     """``turns`` python calls, then the answer."""
     calls = []
     for turn in range(1, turns + 1):
-        code = f"import time\ntime.sleep({sleep_ms / 1000})\nprint({turn} + 1)" if sleep_ms else f"print({turn} + 1)"
+        code = f"print({turn} + 1)"
+        if sleep_ms:
+            code = f"import time\ntime.sleep({sleep_ms / 1000})\n" + code
+        if busy_ms:
+            code = f"import time\nt = time.perf_counter()\nwhile time.perf_counter() - t < {busy_ms / 1000}: pass\n" + code
         calls.append("<tool_call>\n" + json.dumps({"name": "python", "arguments": {"code": code}}) + "\n</tool_call>")
     return calls + ["#### 18"]
 
 
 def play(envs: Any, policy: TurnPolicy, episodes: int, concurrency: int, first_seed: int) -> dict[str, Any]:
     """``episodes`` episodes, ``concurrency`` in flight; wall time and the check that each ran every tool turn."""
-    from agent_gym.rollout.async_runner import arun_episodes
+    from agent_gym.rollout.async_runner import arun_episodes, run_sync
 
-    async def main() -> Any:
-        return await arun_episodes(envs, policy, episodes=episodes, concurrency=concurrency, base_seed=first_seed,
-                                   max_new_tokens=512, generate_in_thread=False, max_batch_size=concurrency, progress=False)
+    async def main() -> tuple[Any, float]:
+        # timed inside the loop: asyncio.run's teardown restores its SIGINT handler, and the signal
+        # module's repr of the old one (a partial holding the finished task) prints every trajectory
+        started = time.perf_counter()
+        result = await arun_episodes(envs, policy, episodes=episodes, concurrency=concurrency, base_seed=first_seed,
+                                     max_new_tokens=512, generate_in_thread=False, max_batch_size=concurrency, progress=False)
+        return result, time.perf_counter() - started
 
-    started = time.perf_counter()
-    result = asyncio.run(main())
-    wall = time.perf_counter() - started
+    result, wall = run_sync(main)
     calls = sum(t.final_info.get("tool_calls", 0) for t in result.trajectories)
     errors = sum(t.final_info.get("tool_errors", 0) for t in result.trajectories)
     return {"wall_s": wall, "episodes_per_s": episodes / wall, "tool_calls": calls, "tool_errors": errors}
@@ -98,6 +103,8 @@ def main() -> None:
     parser.add_argument("--per-worker", type=int, default=32, help="episodes in flight per worker (default: %(default)s)")
     parser.add_argument("--turns", type=int, default=3, help="python calls per episode (default: %(default)s)")
     parser.add_argument("--sleep-ms", type=float, default=0.0, help="each call's code sleeps this long (default: %(default)s)")
+    parser.add_argument("--busy-ms", type=float, default=0.0,
+                        help="each call's code keeps a core busy this long, as real code does (default: %(default)s)")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per configuration; the median is shown (default: %(default)s)")
     parser.add_argument("--tokenizer", default=None, help="tokenizer name or path (default: the default model's)")
     parser.add_argument("--no-local", action="store_true", help="skip the in-process run")
@@ -111,7 +118,7 @@ def main() -> None:
     from agent_gym.rollout.ray_pool import RayEnvPool
 
     tokenizer = load_tokenizer(args.tokenizer)
-    policy = TurnPolicy(tokenizer, replies(args.turns, args.sleep_ms))
+    policy = TurnPolicy(tokenizer, replies(args.turns, args.sleep_ms, args.busy_ms))
     env_kwargs = {"split": "test", "max_turns": args.turns + 1}
     if os.environ.get("RAY_ADDRESS"):
         ray.init()
@@ -119,7 +126,8 @@ def main() -> None:
         ray.init(include_dashboard=False, log_to_driver=False)
     cpus = int(ray.cluster_resources().get("CPU", 0))
     print(f"== {ENV_ID}: {args.episodes} episodes of {args.turns} python calls"
-          f"{f' sleeping {args.sleep_ms:g} ms' if args.sleep_ms else ''} + an answer; {args.per_worker} in flight per worker ==")
+          f"{f' sleeping {args.sleep_ms:g} ms' if args.sleep_ms else ''}{f' busy for {args.busy_ms:g} ms' if args.busy_ms else ''}"
+          " + an answer; {args.per_worker} in flight per worker ==")
     print(f"this machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}; Ray cluster: {cpus} CPUs, "
           f"{len(ray.nodes())} node(s); the driver (this process) uses a core too")
 

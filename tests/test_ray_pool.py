@@ -81,6 +81,18 @@ def test_same_trajectories_as_in_process(pool, tokenizer):
     assert [w["episodes"] for w in pool.workers()] == [0, 0]  # every slot given back
 
 
+def test_the_steps_of_one_loop_turn_go_to_a_worker_in_one_ray_call(pool, tokenizer):
+    before = [ray.get(pool.actor(i).stats.remote()) for i in range(2)]
+    # the scripted policy answers a whole round at once, so the 4 episodes step in the same loop turns
+    play(pool.make_env, tokenizer, concurrency=4, max_batch_size=4)
+    after = [ray.get(pool.actor(i).stats.remote()) for i in range(2)]
+    env_calls = sum(a["env_calls"] - b["env_calls"] for a, b in zip(after, before))
+    ray_calls = sum(a["ray_calls"] - b["ray_calls"] for a, b in zip(after, before))
+    assert env_calls == 4 * (1 + 3)  # a reset and three steps per episode
+    # 2 episodes per worker: their reset and each of their 3 steps share a call (8 calls, not 16)
+    assert ray_calls == 2 * (1 + 3)
+
+
 def test_sync_api_and_spaces(pool, tokenizer):
     local = gym.make(ENV_ID, tokenizer=tokenizer, split="test")
     with pool.env() as env:

@@ -107,6 +107,8 @@ class EnvWorker:
         self.stepping: set[str] = set()
         #: lease -> discard: leases given up while their step ran, settled when it ends.
         self.released: dict[str, bool] = {}
+        self.ray_calls = 0  # calls() received: one per batch of resets and steps
+        self.env_calls = 0  # resets and steps run through calls()
 
     async def ready(self) -> dict[str, Any]:
         """Where this worker runs (for error messages): its pid and node address."""
@@ -159,6 +161,30 @@ class EnvWorker:
             self._end(lease, discard=False)  # the episode is over: the env serves the next one
         return result
 
+    async def calls(self, batch: list[tuple[str, str, tuple[Any, ...]]]) -> list[tuple[bool, Any]]:
+        """Several ``reset`` / ``step`` calls in one Ray call: those a driver's event loop issued to this
+        worker in one turn (see :class:`_CallBatch`). They run concurrently, as separate calls would.
+
+        Returns:
+            Per call, in order: ``(True, its result)`` or ``(False, the exception it raised)``.
+        """
+
+        async def one(method: str, lease: str, args: tuple[Any, ...]) -> tuple[bool, Any]:
+            if method not in ("reset", "step"):
+                return False, ValueError(f"EnvWorker.calls runs reset and step, not {method!r}")
+            try:
+                return True, await getattr(self, method)(lease, *args)
+            except Exception as exc:  # the caller re-raises it: each call fails alone, as a Ray call would
+                return False, _picklable(exc)
+
+        self.ray_calls += 1
+        self.env_calls += len(batch)
+        return list(await asyncio.gather(*(one(*call) for call in batch)))
+
+    async def stats(self) -> dict[str, int]:
+        """``ray_calls`` (batches received), ``env_calls`` (the resets and steps in them), ``envs`` (made and kept)."""
+        return {"ray_calls": self.ray_calls, "env_calls": self.env_calls, "envs": len(self.idle) + len(self.leased)}
+
     async def release(self, lease: str, discard: bool) -> None:
         """The proxy gave the lease up (closed, or its call was cancelled): keep or close its env."""
         if lease in self.stepping:
@@ -193,6 +219,17 @@ class EnvWorker:
             env.close()
         else:
             self._give(env)
+
+
+def _picklable(exc: Exception) -> Exception:
+    """``exc``, or a RuntimeError with its type and message if it cannot travel back to the driver."""
+    import pickle
+
+    try:
+        pickle.dumps(exc)
+    except Exception:
+        return RuntimeError(f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}")
+    return exc
 
 
 _remote_class: Any = None
@@ -316,11 +353,67 @@ class _Worker:
     started: bool = False
     pid: int | None = None
     node: str | None = None
+    #: the call batch being gathered per driving event loop (see :class:`_CallBatch`)
+    batches: dict[asyncio.AbstractEventLoop, _CallBatch] = field(default_factory=dict, repr=False)
 
     def name(self, of: int) -> str:
         where = f" (pid {self.pid} on {self.node})" if self.pid is not None else ""
         again = f", replacement {self.generation}" if self.generation else ""
         return f"env worker {self.index} of {of}{again}{where}"
+
+
+class _CallBatch:
+    """The async resets and steps one event loop issues to one worker in one turn of the loop.
+
+    The driver makes one Ray call per env call otherwise, and with cheap env steps that is its limit:
+    on 16 cores, 4 workers reached 194 episodes/s and 12 workers 175 (in process: 226), the driver
+    spending its time in Ray's call path. Episodes of a batched rollout finish their generations in the
+    same loop turn (one round of generation), so their steps go out together: :meth:`send` runs at the
+    end of the turn (``loop.call_soon``) and makes one :meth:`EnvWorker.calls` call for all of them.
+    """
+
+    def __init__(self, worker: _Worker, loop: asyncio.AbstractEventLoop):
+        self.worker = worker
+        self.loop = loop
+        self.calls: list[tuple[str, str, tuple[Any, ...]]] = []
+        self.futures: list[asyncio.Future[tuple[bool, Any]]] = []
+
+    @staticmethod
+    async def call(worker: _Worker, method: str, lease: str, *args: Any) -> Any:
+        """``worker``'s ``method(lease, *args)``, sent with the other calls of this loop turn; its result,
+        or the exception it raised in the worker (a dead worker: Ray's ``RayActorError``)."""
+        loop = asyncio.get_running_loop()
+        batch = worker.batches.get(loop)
+        if batch is None:
+            batch = worker.batches[loop] = _CallBatch(worker, loop)
+            loop.call_soon(batch.send)
+        future: asyncio.Future[tuple[bool, Any]] = loop.create_future()
+        batch.calls.append((method, lease, args))
+        batch.futures.append(future)
+        ok, value = await future
+        if not ok:
+            raise value
+        return value
+
+    def send(self) -> None:
+        if self.worker.batches.get(self.loop) is self:
+            del self.worker.batches[self.loop]
+        ref = self.worker.actor.calls.remote(self.calls)
+        self.loop.create_task(self._deliver(ref))
+
+    async def _deliver(self, ref: Any) -> None:
+        try:
+            results = await ref
+        except BaseException as exc:  # the worker died (or Ray failed the call): every call of the batch fails
+            for future in self.futures:
+                if not future.done():
+                    future.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for future, result in zip(self.futures, results):
+            if not future.done():  # a caller that gave up (cancelled) is skipped
+                future.set_result(result)
 
 
 @dataclass
@@ -595,7 +688,7 @@ class RayEnv(gym.Env):
             try:
                 with self._failures(lease, "reset"):
                     await self.pool._await_started(lease.worker)
-                    obs, info = await lease.worker.actor.reset.remote(lease.id, seed, options)
+                    obs, info = await _CallBatch.call(lease.worker, "reset", lease.id, seed, options)
             except EnvWorkerDied:
                 if attempt == 2:
                     raise
@@ -612,7 +705,7 @@ class RayEnv(gym.Env):
     async def astep(self, action: Any) -> tuple[Any, Any, Any, Any, Any]:
         lease = self._episode()
         with self._failures(lease, "step"):
-            result = await lease.worker.actor.step.remote(lease.id, action)
+            result = await _CallBatch.call(lease.worker, "step", lease.id, action)
         return self._stepped(result)
 
     def close(self) -> None:
