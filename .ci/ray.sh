@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The Ray env pool's CI: installs Ray (the [ray] extra, at the tested version) into the active virtualenv
 # (the README's .venv) and runs the tests that need it: tests/test_ray_pool.py (a local Ray cluster on
-# CPU: the same trajectories as in-process, a worker killed mid-episode) and docs/ray.md's example.
+# CPU: the same trajectories as in-process, a worker killed mid-episode), docs/ray.md's example, and the
+# TRL adapter's envs in Ray workers (trainers/trl/tests/test_env_workers.py: the samples of envs in
+# process), which needs the adapter .ci/trl.sh installs first (.ci/run runs it before this script).
 #
 #   bash .ci/ray.sh     # .venv activated (called by .ci/run after the README's tests)
 #
@@ -22,3 +24,10 @@ python -m pip install -q --disable-pip-version-check "ray==$RAY_VERSION" 2>&1 | 
 [[ ${PIPESTATUS[0]} -eq 0 ]] || { log "pip install ray==$RAY_VERSION failed"; exit 1; }
 log "ray $(python -c 'import ray; print(ray.__version__)')"
 python -m pytest tests/test_ray_pool.py "tests/test_doc_blocks.py" -k "ray" -q -p no:cacheprovider -rs
+status=$?
+if python -c 'import agent_gym_trl, trl' 2>/dev/null; then
+  python -m pytest trainers/trl/tests/test_env_workers.py -q -p no:cacheprovider -rs -W ignore::FutureWarning || status=1
+else
+  log "the TRL adapter is not installed (bash .ci/trl.sh installs it): trainers/trl/tests/test_env_workers.py not run"
+fi
+exit "$status"

@@ -44,6 +44,18 @@ def _env_kwarg(text: str) -> tuple[str, object]:
         return key, value
 
 
+def _tree_mode(text: str) -> str | int:
+    if text in ("entropy", "random"):
+        return text
+    try:
+        step = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected entropy, random or a step index >= 0, got {text!r}") from None
+    if step < 0:
+        raise argparse.ArgumentTypeError(f"a step index must be >= 0, got {step}")
+    return step
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description="GRPO on any agent-r1-gym env with TRL (multi-turn, token in / token out).",
@@ -91,6 +103,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="how TRL corrects for vLLM's sampling log-probs differing from the trainer's (TRL's "
                         "vllm_importance_sampling_mode; ratios outside [0, 3] masked or clipped, per sequence or per "
                         "token); off: no correction, as in verl's recipes")
+    p.add_argument("--env-workers", type=int, default=None, metavar="N",
+                   help="play the envs in N Ray worker processes (per env id and arguments) while generation stays "
+                        "in the trainer (EnvRollout(env_workers=N); needs `pip install \"agent-r1-gym[ray]\"`; starts a "
+                        "local Ray unless RAY_ADDRESS names a cluster; docs/ray.md); the workers load --model's tokenizer")
+    p.add_argument("--tree", type=_tree_mode, default=None, metavar="entropy|random|K",
+                   help="per-state GRPO groups (EnvRollout(tree=...); docs/trl.md): each task's --num-generations "
+                        "episodes are one tree, an episode and num_generations - 1 branches from the state before one "
+                        "of its steps: its least likely one (entropy; needs sampling log-probs: --use-vllm), a random "
+                        "one (random) or step K (clipped to its last); every sample starts at that state, the steps "
+                        "before it are generated once, and the completion budget counts from there")
     p.add_argument("--trajectories", default=None, metavar="PATH.jsonl",
                    help="append every episode (ids, log-probs, rewards, info) to this JSONL file")
     p.add_argument("--metrics-csv", default=None, metavar="PATH.csv",
@@ -109,6 +131,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--batch-size ({args.batch_size}) must be a multiple of --num-generations ({args.num_generations})")
     if args.steps_per_generation is not None and args.steps_per_generation < 1:
         p.error(f"--steps-per-generation must be >= 1, got {args.steps_per_generation}")
+    if args.env_workers is not None and args.env_workers < 1:
+        p.error(f"--env-workers must be >= 1, got {args.env_workers}")
+    if args.tree is not None and args.env_workers is not None:
+        p.error("--tree forks env states in the trainer's process: it does not go with --env-workers")
+    if args.tree is not None and args.num_generations < 2:
+        p.error("--tree needs --num-generations >= 2 (the episodes of one tree)")
     return args
 
 
@@ -140,6 +168,16 @@ def grpo_config_kwargs(args: argparse.Namespace, gpu: bool) -> dict:
         vllm_gpu_memory_utilization=args.vllm_gpu_memory_utilization,
         vllm_importance_sampling_correction=args.vllm_importance_sampling != "off",
         vllm_importance_sampling_mode=args.vllm_importance_sampling if args.vllm_importance_sampling != "off" else IS_MODES[0],
+    )
+
+
+def rollout_kwargs(args: argparse.Namespace) -> dict:
+    """EnvRollout's arguments from the command line (besides ``on_episode``)."""
+    return dict(
+        env_workers=args.env_workers,
+        tree=args.tree,
+        # env workers load the tokenizer by the name given here (a built-in name, a folder, a hub name)
+        tokenizer=args.model if args.env_workers else None,
     )
 
 
@@ -224,7 +262,7 @@ def train(args: argparse.Namespace) -> int:
         if writer is not None:
             writer.write(trajectory)
 
-    rollout = EnvRollout(on_episode=on_episode)
+    rollout = EnvRollout(on_episode=on_episode, **rollout_kwargs(args))
     config = GRPOConfig(**grpo_config_kwargs(args, gpu))
 
     step_seconds: dict[int, float] = {}  # optimizer step -> its wall seconds (generation included when it ran)
@@ -280,7 +318,9 @@ def train(args: argparse.Namespace) -> int:
     trainer.remove_callback(PrinterCallback)  # one line per step from PrintSteps instead of every metric
     print(f"{args.env_id} {json.dumps(env_kwargs, sort_keys=True)}: {len(dataset)} rows{dropped}, model {args.model}, "
           f"{'GPU' if gpu else 'CPU'}{' + vLLM ' + args.vllm_mode if args.use_vllm else ''}"
-          f"{'; vLLM importance sampling ' + args.vllm_importance_sampling if args.use_vllm else ''}; weights "
+          f"{'; vLLM importance sampling ' + args.vllm_importance_sampling if args.use_vllm else ''}"
+          f"{f'; envs in {args.env_workers} Ray workers' if args.env_workers else ''}"
+          f"{f'; tree groups ({args.tree})' if args.tree is not None else ''}; weights "
           f"{str(next(model.parameters()).dtype).removeprefix('torch.')}, compute {'bfloat16' if args.bf16 else 'float32'}",
           flush=True)
     # Ctrl-C may land in the rollout's generation task, which then dies holding the KeyboardInterrupt; as

@@ -117,3 +117,56 @@ def test_entropy_without_logprobs_is_a_clear_error(tok):
 
     with pytest.raises(ValueError, match="needs log-probs"):
         asyncio.run(play_tree(_env(tok), no_logprobs, branch_at="entropy", task_id="test-0"))
+
+
+def test_a_branch_function_sees_the_played_root_and_branch_envs_go_to_release_env(tok):
+    seen, released = [], []
+
+    def last_step(steps):
+        seen.append([s.step for s in steps])
+        return {len(steps) - 1, 7}  # a step the root does not have is ignored
+
+    tree = asyncio.run(play_tree(_env(tok), Script(tok), width=3, branch_at=last_step, task_id="test-0",
+                                 release_env=lambda env, played: released.append((env, played))))
+    assert seen == [[0, 1]]  # called once, with the root's steps: a tree of depth one
+    assert [t.metadata["tree"]["branch_step"] for t in tree] == [None, 1, 1]
+    assert [t.return_ for t in tree] == [1.0, 0.0, 1.0]
+    # each branch's env, not closed: handed over as played to the end
+    assert [played for _, played in released] == [True, True] and released[0][0] is not released[1][0]
+    assert all(env.unwrapped.context is not None for env, _ in released)
+    for t in tree:  # recorded as play_episode records an episode the env ended
+        assert t.metadata["finish_reasons"] == ["stop", "stop"] and t.metadata["truncated_reason"] is None
+        assert t.tail_ids == []
+
+
+def test_a_stopped_branch_keeps_the_envs_reply_and_a_failed_one_releases_its_env(tok):
+    from agent_gym.rollout.episode import EndEpisode
+
+    script = Script(tok)
+    calls = []
+
+    async def stop_branches(prompt):
+        calls.append(prompt)
+        if len(calls) > 2:  # the root's two turns, then the branch's first
+            raise EndEpisode("budget")
+        return await script(prompt)
+
+    root, branch = asyncio.run(play_tree(_env(tok), stop_branches, width=2, branch_at={1}, task_id="test-0"))
+    assert (len(branch.steps), branch.metadata["truncated_reason"], branch.metadata["finish_reasons"]) == (1, "budget", ["stop"])
+    step0 = root.steps[0]
+    # the tail: the calculator's reply the branch never answered (what a stopped play_episode keeps)
+    assert branch.tail_ids == root.steps[1].prompt_ids[len(step0.prompt_ids) + len(step0.response_ids):] != []
+    assert root.tail_ids == [] and root.metadata["truncated_reason"] is None
+
+    released = []
+
+    async def fail_branches(prompt):
+        calls.append(prompt)
+        if len(calls) > 5:
+            raise RuntimeError("generation server went away")
+        return await script(prompt)
+
+    with pytest.raises(RuntimeError, match="went away"):
+        asyncio.run(play_tree(_env(tok), fail_branches, width=2, branch_at={1}, task_id="test-0",
+                              release_env=lambda env, played: released.append(played)))
+    assert released == [False]

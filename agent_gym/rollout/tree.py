@@ -8,8 +8,10 @@ steps before ``k`` are not generated again; a branch's trajectory holds them (co
 and says how many are shared (``metadata["tree"]["shared_steps"]``).
 
 Branch points: ``branch_at="every"`` (every step, bounded by ``max_leaves``), a collection of step
-indices, or ``"entropy"``: the ``top_k`` steps of the root whose sampled actions had the highest mean
-surprisal (``-log p`` per token, an estimate of the policy's entropy there; needs log-probs).
+indices, ``"entropy"``: the ``top_k`` steps of the root whose sampled actions had the highest mean
+surprisal (``-log p`` per token, an estimate of the policy's entropy there; needs log-probs), or a
+function of the root's steps that returns the indices to branch at (a uniformly random step, say).
+``"entropy"`` and a function give a tree of depth one: only the root branches.
 
 :func:`tree_advantages` gives per-state group advantages: at a branch point the continuations from that
 state (the parent's own and its children's) form a GRPO group; each continuation's value is the mean
@@ -24,17 +26,20 @@ import functools
 import math
 import statistics
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Literal, Mapping
 
+import numpy as np
 
 from agent_gym.core.snapshot import EnvSnapshot, make_like, restore
-from agent_gym.rollout.episode import GenerateFn, _play_steps, env_id_of, replay_metadata
+from agent_gym.rollout.episode import GenerateFn, _play_steps, _truncated_reason, env_id_of, replay_metadata
 from agent_gym.trajectory import StepRecord, Trajectory
 
 __all__ = ["play_tree", "tree_advantages", "TreeStats"]
 
-BranchAt = Literal["every", "entropy"] | Collection[int]
+#: ``(the root's steps) -> the step indices to branch at``: a branch rule computed from the played root.
+BranchFn = Callable[[list[StepRecord]], Collection[int]]
+BranchAt = Literal["every", "entropy"] | Collection[int] | BranchFn
 
 
 @dataclass
@@ -57,6 +62,11 @@ class _Branch:
     steps: list[StepRecord]
     snapshots: list[EnvSnapshot]  # snapshots[k]: the env before step k
     messages: list[dict[str, Any]]
+    finish_reasons: list[str] = field(default_factory=list)  # one per step, the shared ones included
+    truncated_reason: str | None = None
+    tail_ids: list[int] = field(default_factory=list)  # the env's reply after the last action, when stopped
+    generate_s: float = 0.0  # seconds in generate and in the env, for its own steps
+    env_s: float = 0.0
 
 
 async def _play_from(env: Any, generate: GenerateFn, branch: _Branch, *, max_steps: int | None) -> None:
@@ -74,7 +84,13 @@ async def _play_from(env: Any, generate: GenerateFn, branch: _Branch, *, max_ste
         first_step=len(branch.steps),
     )
     branch.steps.extend(played.steps)
+    branch.finish_reasons.extend(played.finish_reasons)
     branch.messages = played.obs["messages"]
+    branch.truncated_reason = _truncated_reason(played)
+    branch.generate_s, branch.env_s = played.generate_s, played.env_s
+    if played.stopped is not None and branch.steps and not branch.steps[-1].new_segment:
+        last = branch.steps[-1]
+        branch.tail_ids = np.asarray(played.obs["prompt_ids"]).tolist()[len(last.prompt_ids) + len(last.response_ids):]
 
 
 def _surprisal(record: StepRecord) -> float:
@@ -87,6 +103,10 @@ def _surprisal(record: StepRecord) -> float:
 def _branch_points(branch: _Branch, branch_at: BranchAt, top_k: int) -> list[int]:
     first = 0 if branch.branch_step is None else branch.branch_step + 1
     last = len(branch.steps)
+    if callable(branch_at):
+        if branch.branch_step is not None:
+            return []  # the root's points only: a tree of depth one
+        return sorted(k for k in set(int(k) for k in branch_at(list(branch.steps))) if first <= k < last)
     if branch_at == "every":
         return list(range(first, last))
     if branch_at == "entropy":
@@ -115,6 +135,7 @@ async def play_tree(
     max_steps: int | None = None,
     metadata: Mapping[str, Any] | None = None,
     stats: TreeStats | None = None,
+    release_env: Callable[[Any, bool], None] | None = None,
 ) -> list[Trajectory]:
     """Play a tree of episodes from one reset (see the module docstring).
 
@@ -123,7 +144,8 @@ async def play_tree(
         generate: as for :func:`~agent_gym.rollout.episode.play_episode`; sample (temperature > 0) so
             that branches differ.
         width: continuations per branch point, the parent's own included (``width - 1`` new branches).
-        branch_at: ``"every"``, ``"entropy"`` or the step indices to branch at.
+        branch_at: ``"every"``, ``"entropy"``, the step indices to branch at, or a function called once,
+            with the root's steps once it has been played, that returns them (only the root branches).
         top_k: with ``"entropy"``, how many of the root's steps to branch at.
         max_leaves: stop adding branches once the tree has this many leaves.
         make_env: a fresh env of the same id and arguments (default: ``gym.make`` with ``env``'s spec).
@@ -132,11 +154,18 @@ async def play_tree(
         max_steps: a cap on each trajectory's steps.
         metadata: extra entries for every trajectory's ``metadata``.
         stats: a :class:`TreeStats` to fill in (generated against flat-rollout cost).
+        release_env: called with each branch's env and whether the branch played to its end (``False``:
+            it raised), instead of closing the env: give envs from a pool back to it (``make_env`` took
+            them from there), count the branches in flight.
 
     Returns:
         Every trajectory of the tree (the root first, then branches in the order they were made);
         ``metadata["tree"]`` holds ``root``, ``parent``, ``branch_step`` (the first step it generated
-        itself) and ``shared_steps`` (the steps copied from its parent).
+        itself) and ``shared_steps`` (the steps copied from its parent). As with
+        :func:`~agent_gym.rollout.episode.play_episode`, ``metadata`` has ``finish_reasons`` (one per step)
+        and ``truncated_reason``, ``generate_s`` and ``env_s`` (the seconds of the steps it generated
+        itself), and ``tail_ids`` the env's last reply of a trajectory stopped by
+        :class:`~agent_gym.rollout.episode.EndEpisode` or ``max_steps``.
 
     Raises:
         SnapshotError: the env cannot be forked (the reason); ValueError: bad ``width`` or ``branch_at``.
@@ -156,7 +185,7 @@ async def play_tree(
     root = _Branch(f"{tree_id}-0", None, None, [], [], [])
     await _play_from(env, generate, root, max_steps=max_steps)
     branches = await _grow(root, generate, make_env, width=width, branch_at=branch_at, top_k=top_k,
-                           max_leaves=max_leaves, max_steps=max_steps, tree_id=tree_id)
+                           max_leaves=max_leaves, max_steps=max_steps, tree_id=tree_id, release_env=release_env)
     extra = {**replay_metadata(env, reset_options), **dict(metadata or {})}
     out = [_trajectory(b, root.id, env_id, seed, extra) for b in branches]
     if stats is not None:
@@ -175,6 +204,7 @@ async def _grow(
     max_leaves: int,
     max_steps: int | None,
     tree_id: str,
+    release_env: Callable[[Any, bool], None] | None = None,
 ) -> list[_Branch]:
     """Every branch of the tree, breadth first from the played ``root``: each branch's branch points get
     ``width - 1`` new branches, played concurrently, until ``max_leaves``."""
@@ -193,24 +223,43 @@ async def _grow(
         children = [
             _Branch(f"{tree_id}-{len(branches) + i}", parent.id, k,
                     [s.model_copy(update={"trajectory_id": f"{tree_id}-{len(branches) + i}"}) for s in parent.steps[:k]],
-                    list(parent.snapshots[:k]), [])
+                    list(parent.snapshots[:k]), [], finish_reasons=list(parent.finish_reasons[:k]))
             for i, k in enumerate(starts)
         ]
-        await asyncio.gather(*(_play_branch(child, parent, generate, make_env, max_steps) for child in children))
+        # every branch plays to its end (or error) before a failure is raised: none is left running
+        results = await asyncio.gather(
+            *(_play_branch(child, parent, generate, make_env, max_steps, release_env) for child in children),
+            return_exceptions=True,
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
         branches.extend(children)
         queue.extend(children)
     return branches
 
 
 async def _play_branch(
-    child: _Branch, parent: _Branch, generate: GenerateFn, make_env: Callable[[], Any], max_steps: int | None
+    child: _Branch,
+    parent: _Branch,
+    generate: GenerateFn,
+    make_env: Callable[[], Any],
+    max_steps: int | None,
+    release_env: Callable[[Any, bool], None] | None = None,
 ) -> None:
-    """Play ``child`` from its parent's snapshot at its branch step, in a fresh env closed afterwards."""
-    fresh = restore(make_env(), parent.snapshots[child.branch_step or 0])
+    """Play ``child`` from its parent's snapshot at its branch step, in a fresh env closed (or given to
+    ``release_env``) afterwards."""
+    env = make_env()
+    played = False
     try:
+        fresh = restore(env, parent.snapshots[child.branch_step or 0])
         await _play_from(fresh, generate, child, max_steps=max_steps)
+        played = True
     finally:
-        fresh.close()
+        if release_env is None:
+            env.close()
+        else:
+            release_env(env, played)
 
 
 def _trajectory(branch: _Branch, root: str, env_id: str, seed: int | None, extra: Mapping[str, Any]) -> Trajectory:
@@ -224,8 +273,10 @@ def _trajectory(branch: _Branch, root: str, env_id: str, seed: int | None, extra
         steps=steps,
         messages=branch.messages,
         reward=steps[-1].reward if steps else 0.0,
+        tail_ids=branch.tail_ids,
         metadata={"tree": {"root": root, "parent": branch.parent, "branch_step": branch.branch_step, "shared_steps": shared},
-                  **extra},
+                  "finish_reasons": branch.finish_reasons, "truncated_reason": branch.truncated_reason,
+                  "generate_s": branch.generate_s, "env_s": branch.env_s, **extra},
     )
 
 

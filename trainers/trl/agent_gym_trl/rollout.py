@@ -32,6 +32,18 @@ sees such a sample as truncated (it does not end on an end-of-turn id).
 
 Requires an env that appends to its context (every env but the games with ``context="last_k"`` or
 ``"board"``): TRL trains one sequence per sample.
+
+Two options change where and how the episodes are played (the samples keep the format above):
+
+- ``EnvRollout(env_workers=N)``: the envs live in Ray worker processes
+  (:class:`agent_gym.rollout.ray_pool.RayEnvPool`, one pool per distinct env id and arguments of the
+  rows), generation stays in the trainer. The samples are those of envs in process.
+- ``EnvRollout(tree="entropy" | "random" | K)``: per-state GRPO groups. Each group of ``num_generations``
+  prompts of one row plays one tree (:func:`agent_gym.rollout.tree.play_tree`): one episode (the root),
+  then ``num_generations - 1`` branches from the env's state before one step ``k`` of the root. Each of
+  the ``num_generations`` trajectories becomes a sample whose prompt is step ``k``'s prompt and whose
+  completion is steps ``k..end``, so TRL's group normalisation compares continuations of one state, and
+  the root's steps before ``k`` are generated once instead of ``num_generations`` times.
 """
 
 from __future__ import annotations
@@ -39,15 +51,21 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
+import random
 import warnings
-from collections import defaultdict
-from typing import Any, Callable, Sequence
+from collections import Counter, defaultdict
+from typing import TYPE_CHECKING, Any, Callable, Coroutine, Literal, Sequence
 
 from agent_gym.rollout.batcher import Batcher
 from agent_gym.rollout.episode import EndEpisode, play_episode
 from agent_gym.rollout.policy import Generation
-from agent_gym.rollout.pool import EnvPool
-from agent_gym.trajectory import Trajectory
+from agent_gym.rollout.pool import EnvPool, PoolKey
+from agent_gym.trajectory import StepRecord, Trajectory
+
+if TYPE_CHECKING:
+    from agent_gym.rollout.ray_pool import RayEnvPool
+    from agent_gym.rollout.tree import TreeStats
 
 from agent_gym_trl import private
 from agent_gym_trl.dataset import Route, route_of
@@ -59,6 +77,9 @@ TESTED_TRL = private.TESTED_TRL
 
 #: The counters of an episode's last ``info`` that are logged (``env/<name>``, mean per episode).
 COUNTERS = ("tool_calls", "tool_errors", "format_errors")
+
+#: ``EnvRollout(tree=...)``: how each group picks the root step its branches start from.
+TreeMode = Literal["entropy", "random"] | int
 
 
 def env_reward(completions: Sequence[Any] | None = None, env_return: Sequence[float] | None = None, **kwargs: Any) -> list[float]:
@@ -96,11 +117,39 @@ class EnvRollout:
         env_kwargs: constructor arguments added to every row's (they win), e.g. ``{"max_turns": 4}``.
         log_metrics: log the ``env/`` metrics.
         on_episode: ``(trajectory, env)``, called as each episode ends, before its env plays another (write
-            trajectories with a :class:`~agent_gym.trajectory.TrajectoryWriter`, inspect the env).
+            trajectories with a :class:`~agent_gym.trajectory.TrajectoryWriter`, inspect the env). With
+            ``env_workers`` ``env`` is the :class:`~agent_gym.rollout.ray_pool.RayEnv` proxy (the env's
+            state is in its worker); with ``tree`` it is called once per tree, for each of its
+            trajectories, with the root's env for the root and ``None`` for the branches.
+        env_workers: play the envs in this many Ray worker processes per distinct env id and arguments of
+            the rows (:class:`~agent_gym.rollout.ray_pool.RayEnvPool`, made at the first call that needs
+            it, closed by :meth:`close`); generation stays in the trainer. The workers load the tokenizer
+            by name: ``tokenizer`` when it is a name or path, else the trainer's tokenizer's
+            ``name_or_path``, which must load the same tokenizer. Starts a local Ray (``ray.init()``) unless
+            Ray is running or ``ray_address`` (or ``RAY_ADDRESS``) names a cluster.
+        envs_per_worker: with ``env_workers``, the envs each worker plays at once. The episodes of a
+            batch play at once, so the workers must hold all of an env's episodes of a batch; ``None``
+            sizes each pool to the batch (and remakes it for a larger one).
+        ray_address: with ``env_workers``, the Ray cluster to connect to when Ray is not initialised
+            (``ray.init(address=...)``; default: ``RAY_ADDRESS``, else a local Ray).
+        tree: per-state GRPO groups (see the module docstring): the branch step ``k`` of each group's
+            root is its highest-surprisal step (``"entropy"``: the mean ``-log p`` of the sampled ids;
+            needs sampling log-probs, which TRL reports with vLLM only), a uniformly random step of the
+            root (``"random"``, seeded by the trainer's seed, step and the group), or this step index
+            (an ``int``, clipped to the root's last step). The completion budget counts from the branch
+            state. A root that ran into the budget (stopped, or a turn cut to the ids left) branches at
+            step 0: its continuation from a later state had less budget than its branches would get.
+            With one generation per prompt (``num_generations_eval=1``) the episodes are played flat.
 
     Attributes:
         last_trajectories: the trajectories of the latest call, in prompt order (``metadata["route"]``
-            holds the row's route, ``metadata["global_step"]`` the trainer's step).
+            holds the row's route, ``metadata["global_step"]`` the trainer's step). With ``tree``, each
+            group's root then its branches, with ``metadata["tree"]`` (:func:`~agent_gym.rollout.tree.play_tree`'s)
+            and ``metadata["sample_step"]``, the branch step ``k`` (the sample's prompt is that step's).
+
+    Raises:
+        ValueError: a bad option, or ``tree`` with ``env_workers`` (a tree forks env states in process).
+        ImportError: ``env_workers`` without Ray installed (the message has the install command).
     """
 
     def __init__(
@@ -113,6 +162,10 @@ class EnvRollout:
         env_kwargs: dict[str, Any] | None = None,
         log_metrics: bool = True,
         on_episode: Callable[[Trajectory, Any], None] | None = None,
+        env_workers: int | None = None,
+        envs_per_worker: int | None = None,
+        ray_address: str | None = None,
+        tree: TreeMode | None = None,
     ):
         if max_completion_tokens is not None and max_completion_tokens < 1:
             raise ValueError(f"max_completion_tokens must be >= 1, got {max_completion_tokens}")
@@ -120,6 +173,25 @@ class EnvRollout:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         if policy is not None and not (hasattr(policy, "generate") or callable(policy)):
             raise TypeError(f"policy must have generate(prompts, *, max_new_tokens) or be an async function, got {policy!r}")
+        if tree is not None and tree not in ("entropy", "random") and not (
+            isinstance(tree, int) and not isinstance(tree, bool) and tree >= 0
+        ):
+            raise ValueError(f"tree must be 'entropy', 'random' or a step index >= 0, got {tree!r}")
+        if env_workers is not None and env_workers < 1:
+            raise ValueError(f"env_workers must be >= 1, got {env_workers}")
+        if envs_per_worker is not None and envs_per_worker < 1:
+            raise ValueError(f"envs_per_worker must be >= 1, got {envs_per_worker}")
+        if env_workers is None and (envs_per_worker is not None or ray_address is not None):
+            raise ValueError("envs_per_worker and ray_address go with env_workers=N (envs in Ray workers)")
+        if tree is not None and env_workers is not None:
+            raise ValueError(
+                "tree= forks env states (snapshots) in the trainer's process, so its envs cannot live in Ray workers: "
+                "drop env_workers= or tree="
+            )
+        if env_workers is not None:
+            from agent_gym.rollout.ray_pool import import_ray
+
+            import_ray()  # no Ray: the ImportError names the install command, before any training
         self.tokenizer = tokenizer
         self.policy = policy
         self.max_new_tokens = max_new_tokens
@@ -129,10 +201,18 @@ class EnvRollout:
             raise ValueError("pass the tokenizer as EnvRollout(tokenizer=...), not in env_kwargs")
         self.log_metrics = log_metrics
         self.on_episode = on_episode
+        self.env_workers = env_workers
+        self.envs_per_worker = envs_per_worker
+        self.ray_address = ray_address
+        self.tree = tree
         self.last_trajectories: list[Trajectory] = []
         self._pool = EnvPool()  # idle envs, reused across calls (made with the trainer's tokenizer)
         self._tokenizer: Any = None
         self._warned_stop = False
+        self._ray_pools: dict[tuple[str, str], RayEnvPool] = {}  # (env id, kwargs JSON) -> its workers
+        self._worker_tokenizer: str | None = None
+        self._started_ray = False
+        self._stop_ids: dict[tuple[str, str], list[int]] = {}  # env workers: the env's end-of-turn ids
 
     # -- the rollout_func ----------------------------------------------------------------------------
 
@@ -150,7 +230,11 @@ class EnvRollout:
         budget = int(budget)
         backend = self._backend(trainer)
         step = int(getattr(getattr(trainer, "state", None), "global_step", 0) or 0)
-        trajectories = run_sync(lambda: self._play(routes, backend, budget, step))
+        width = self._group_width(trainer, routes) if self.tree is not None else 1
+        if self.env_workers is not None:
+            self._ensure_ray_pools(routes)
+        seed = f"{getattr(getattr(trainer, 'args', None), 'seed', 0)}:{step}:{_process_index(trainer)}"
+        trajectories, trees = run_sync(lambda: self._play(routes, backend, budget, step, width, seed))
         self.last_trajectories = trajectories
 
         samples = [self._sample(t, budget) for t in trajectories]
@@ -159,7 +243,7 @@ class EnvRollout:
         if all(lp is not None for lp in per_sample):
             logprobs = [lp for lp in per_sample if lp is not None]
         if self.log_metrics:
-            self._log(trainer, trajectories, samples)
+            self._log(trainer, trajectories, samples, trees)
         return {
             "prompt_ids": [s[0] for s in samples],
             "completion_ids": [s[1] for s in samples],
@@ -170,17 +254,36 @@ class EnvRollout:
         }
 
     def close(self) -> None:
-        """Close the envs kept for reuse between calls."""
+        """Close the envs kept for reuse between calls, and the Ray env workers (the Ray this rollout
+        started, if it did)."""
         self._pool.close()
+        pools, self._ray_pools = list(self._ray_pools.values()), {}
+        for pool in pools:
+            pool.close()
+        if self._started_ray:
+            from agent_gym.rollout.ray_pool import import_ray
+
+            self._started_ray = False
+            import_ray().shutdown()
 
     # -- episodes --------------------------------------------------------------------------------------
 
-    async def _play(self, routes: list[Route], backend: "_Backend", budget: int, step: int) -> list[Trajectory]:
-        rounds = _Rounds(backend, live=len(routes))
+    async def _play(
+        self, routes: list[Route], backend: "_Backend", budget: int, step: int, width: int, seed: str
+    ) -> tuple[list[Trajectory], list[tuple[int, "TreeStats"]]]:
+        """Every episode of the batch, in prompt order; with trees, also each group's branch step and cost."""
+        jobs: list[Coroutine[Any, Any, Any]]
+        if width > 1:
+            starts = range(0, len(routes), width)
+            rounds = _Rounds(backend, live=len(starts))  # a tree asks with its root first, its branches after
+            jobs = [self._tree(routes[i], rounds, budget, step, width, group, seed) for group, i in enumerate(starts)]
+        else:
+            rounds = _Rounds(backend, live=len(routes))
+            jobs = [self._episode(route, rounds, budget, step, k) for k, route in enumerate(routes)]
         runner = asyncio.ensure_future(rounds.run())
-        episodes = [asyncio.ensure_future(self._episode(route, rounds, budget, step)) for route in routes]
+        tasks = [asyncio.ensure_future(job) for job in jobs]
         try:
-            results = await asyncio.gather(*episodes, return_exceptions=True)
+            results = await asyncio.gather(*tasks, return_exceptions=True)
             await runner
         finally:
             if not runner.done():
@@ -188,43 +291,150 @@ class EnvRollout:
         for result in results:
             if isinstance(result, BaseException):
                 raise result
-        return list(results)  # type: ignore[arg-type]
+        if width == 1:
+            return list(results), []  # type: ignore[arg-type]
+        trajectories = [t for group in results for t in group[0]]  # type: ignore[index]
+        return trajectories, [(group[1], group[2]) for group in results]  # type: ignore[index]
 
-    async def _episode(self, route: Route, rounds: "_Rounds", budget: int, step: int) -> Trajectory:
+    async def _episode(self, route: Route, rounds: "_Rounds", budget: int, step: int, slot: int) -> Trajectory:
+        kwargs = {**route.env_kwargs, **self.env_kwargs}
         try:
-            with self._pool.lease(route.env_id, {**route.env_kwargs, **self.env_kwargs}, tokenizer=self._tokenizer) as env:
-                if not hasattr(env.unwrapped, "template"):
-                    raise TypeError(f"{route.env_id} is not an agent-r1-gym env (no chat template)")
-                trajectory = await play_episode(
-                    env,
-                    self._generate_fn(env, rounds, budget),
-                    task_id=route.task_id,
-                    env_id=route.env_id,
-                    metadata={"route": json.loads(route.to_json()), "global_step": step},
-                )
-                if self.on_episode is not None:
-                    self.on_episode(trajectory, env)
-                return trajectory
+            if self.env_workers is not None:
+                env = self._ray_pools[_pool_key(route.env_id, kwargs)].env()
+                try:
+                    return await self._play_one(env, route, _Budgeted(rounds, self._worker_stop_ids(route.env_id, kwargs), budget, slot), step)
+                finally:
+                    env.close()
+            with self._pool.lease(route.env_id, kwargs, tokenizer=self._tokenizer) as env:
+                _check_agent_env(route, env)
+                return await self._play_one(env, route, _Budgeted(rounds, env.unwrapped.template.end_of_turn_ids, budget, slot), step)
         finally:
             rounds.finished()
 
-    @staticmethod
-    def _generate_fn(env: Any, rounds: "_Rounds", budget: int) -> Callable[[list[int]], Any]:
-        """The episode's ``generate``: a turn from the round, cut after its first stop id and to what the
-        sample's completion budget leaves; ``EndEpisode`` once the budget is spent."""
-        stop_ids = set(env.unwrapped.template.end_of_turn_ids) | set(rounds.backend.stop_ids)
-        first: list[int] = []
+    async def _play_one(self, env: Any, route: Route, generate: "_Budgeted", step: int) -> Trajectory:
+        trajectory = await play_episode(
+            env,
+            generate,
+            task_id=route.task_id,
+            env_id=route.env_id,
+            metadata={"route": json.loads(route.to_json()), "global_step": step},
+        )
+        if self.on_episode is not None:
+            self.on_episode(trajectory, env)
+        return trajectory
 
-        async def generate(prompt_ids: list[int]) -> Generation:
-            if not first:
-                first.append(len(prompt_ids))
-            left = budget - (len(prompt_ids) - first[0])
-            if left <= 0:
-                raise EndEpisode("max_completion_tokens")
-            generation = await rounds.generate(prompt_ids)
-            return _cut(generation, stop_ids, left)
+    async def _tree(
+        self, route: Route, rounds: "_Rounds", budget: int, step: int, width: int, group: int, seed: str
+    ) -> tuple[list[Trajectory], int, "TreeStats"]:
+        """One group: a tree of ``width`` trajectories branched at one step of its root (module docstring).
 
-        return generate
+        The tree holds one slot of the rounds while its root plays, ``width - 1`` while its branches do
+        (each gives its slot back as it ends); whatever it still holds when it fails is given back."""
+        from agent_gym.core.snapshot import SnapshotError
+        from agent_gym.rollout.tree import TreeStats, play_tree
+
+        kwargs = {**route.env_kwargs, **self.env_kwargs}
+        held = 1
+        chosen: list[int] = []
+        leased: dict[int, PoolKey] = {}
+        stats = TreeStats()
+
+        def make_env() -> Any:
+            key, env = self._pool.acquire(route.env_id, kwargs, tokenizer=self._tokenizer)
+            leased[id(env)] = key
+            return env
+
+        def release_env(env: Any, played: bool) -> None:
+            nonlocal held
+            key = leased.pop(id(env))
+            if played:
+                self._pool.release(key, env)
+            else:
+                env.close()  # its state is unknown
+            if held > 0:  # (a failed tree has given its slots back already)
+                held -= 1
+                rounds.finished()
+
+        def branch_at(steps: list[StepRecord]) -> list[int]:
+            nonlocal held
+            k = self._branch_step(steps, generate.spent, group, seed)
+            chosen.append(k)
+            generate.base = len(steps[k].prompt_ids)  # the branches' budget counts from the branch state
+            for _ in range(width - 1):
+                rounds.started()
+            held += width - 1
+            held -= 1
+            rounds.finished()  # the root asks no more
+            return [k]
+
+        try:
+            with self._pool.lease(route.env_id, kwargs, tokenizer=self._tokenizer) as env:
+                _check_agent_env(route, env)
+                generate = _Budgeted(rounds, env.unwrapped.template.end_of_turn_ids, budget, group)
+                try:
+                    trajectories = await play_tree(
+                        env, generate, width=width, branch_at=branch_at, max_leaves=width, make_env=make_env,
+                        release_env=release_env, task_id=route.task_id, env_id=route.env_id, stats=stats,
+                        metadata={"route": json.loads(route.to_json()), "global_step": step},
+                    )
+                except SnapshotError as exc:
+                    raise SnapshotError(
+                        f"EnvRollout(tree={self.tree!r}) branches each group from a copy of the env's state, and {exc}; "
+                        f"train {route.env_id} without tree="
+                    ) from exc
+                for t in trajectories:
+                    t.metadata["sample_step"] = chosen[0]
+                if self.on_episode is not None:
+                    for k, t in enumerate(trajectories):
+                        self.on_episode(t, env if k == 0 else None)
+        finally:
+            while held > 0:
+                held -= 1
+                rounds.finished()
+        return trajectories, chosen[0], stats
+
+    def _branch_step(self, steps: list[StepRecord], spent: bool, group: int, seed: str) -> int:
+        """The root step a group branches at (``tree``; step 0 when the root ran into the budget)."""
+        if not steps:
+            raise RuntimeError("the tree's root played no step: nothing to branch from")
+        if self.tree == "entropy" and any(s.response_logprobs is None for s in steps):
+            raise ValueError(
+                "EnvRollout(tree='entropy') branches at the root's least likely turn, which needs the sampling "
+                "log-probs of each turn; this generation reports none (TRL's transformers generation does not, its "
+                "vLLM does): train with use_vllm=True, or use tree='random' or a step index"
+            )
+        if spent:
+            return 0
+        if self.tree == "entropy":
+            surprisal = [_surprisal(s) for s in steps]
+            return max(range(len(steps)), key=lambda k: (surprisal[k], -k))
+        if self.tree == "random":
+            return random.Random(f"{seed}:{group}").randrange(len(steps))
+        return min(int(self.tree or 0), len(steps) - 1)
+
+    def _group_width(self, trainer: Any, routes: list[Route]) -> int:
+        """``tree``: the group size TRL normalises over (1: play flat), after checking that the prompts come
+        in groups of that many repeats of one row."""
+        training = bool(getattr(getattr(trainer, "model", None), "training", True))
+        width = getattr(trainer, "num_generations" if training else "num_generations_eval", None)
+        if width is None:
+            width = getattr(getattr(trainer, "args", None), "num_generations", None)
+        if width is None:
+            raise ValueError("EnvRollout(tree=...) needs the trainer's num_generations (a GRPOTrainer's)")
+        width = int(width)
+        if width < 2:
+            return 1
+        for i in range(0, len(routes), width):
+            group = routes[i : i + width]
+            if len(group) < width or any(r != group[0] for r in group):
+                raise ValueError(
+                    f"EnvRollout(tree={self.tree!r}) plays one tree per group of num_generations={width} prompts of one "
+                    f"row, but prompts {i}..{i + len(group) - 1} of this call's {len(routes)} are not one row repeated "
+                    f"{width} times ({', '.join(r.to_json() for r in dict.fromkeys(group))}). TRL's sampler repeats each "
+                    "row num_generations times in a row; with several processes make per_device_train_batch_size a "
+                    "multiple of num_generations, so that no group is split between processes"
+                )
+        return width
 
     def _sample(self, trajectory: Trajectory, budget: int) -> tuple[list[int], list[int], list[int], list[float] | None]:
         try:
@@ -235,12 +445,86 @@ class EnvRollout:
                 "an env that appends to its context (the games with context='full'), or the verl adapter's step "
                 "mode for envs that rewrite it"
             ) from None
+        # A tree's sample starts at its branch state: step k's prompt, the completion from there.
+        k = int(trajectory.metadata.get("sample_step", 0))
+        prompt = list(trajectory.steps[k].prompt_ids)
+        skip = len(prompt) - len(segment.prompt_ids)
         # Generations were cut to the budget; only the env's reply after a stopped episode (the tail) can
         # reach past it, and it is masked out anyway.
-        completion = segment.response_ids[:budget]
-        mask = segment.response_mask[:budget]
-        logprobs = None if segment.response_logprobs is None else segment.response_logprobs[:budget]
-        return list(segment.prompt_ids), list(completion), list(mask), logprobs
+        completion = segment.response_ids[skip : skip + budget]
+        mask = segment.response_mask[skip : skip + budget]
+        logprobs = None if segment.response_logprobs is None else segment.response_logprobs[skip : skip + budget]
+        return prompt, list(completion), list(mask), logprobs
+
+    # -- env workers on Ray ----------------------------------------------------------------------------
+
+    def _ensure_ray_pools(self, routes: list[Route]) -> None:
+        """A :class:`RayEnvPool` for every env id and arguments of ``routes``, with an env slot for each of
+        its episodes in the batch (they play at once: an episode waiting for a slot would stall the round)."""
+        from agent_gym.rollout.ray_pool import RayEnvPool, import_ray
+
+        assert self.env_workers is not None
+        counts = Counter(_pool_key(r.env_id, {**r.env_kwargs, **self.env_kwargs}) for r in routes)
+        for key, episodes in counts.items():
+            pool = self._ray_pools.get(key)
+            if pool is not None and pool.capacity >= episodes:
+                continue
+            if self.envs_per_worker is not None and self.env_workers * self.envs_per_worker < episodes:
+                raise ValueError(
+                    f"a batch has {episodes} episodes of {key[0]} {key[1]}, which play at once, and env_workers="
+                    f"{self.env_workers} x envs_per_worker={self.envs_per_worker} hold {self.env_workers * self.envs_per_worker}: "
+                    f"raise envs_per_worker to {-(-episodes // self.env_workers)} (or leave it None: sized to the batch)"
+                )
+            if self._worker_tokenizer is None:
+                self._worker_tokenizer = self._tokenizer_name()
+            ray = import_ray()
+            if not ray.is_initialized():
+                ray.init(address=self.ray_address)
+                self._started_ray = True
+            if pool is not None:
+                del self._ray_pools[key]
+                pool.close()
+            self._ray_pools[key] = RayEnvPool(
+                key[0], num_workers=self.env_workers, env_kwargs=json.loads(key[1]), tokenizer=self._worker_tokenizer,
+                envs_per_worker=self.envs_per_worker or -(-episodes // self.env_workers),
+            )
+
+    def _tokenizer_name(self) -> str:
+        """The name or path the env workers load the tokenizer from, checked to load the trainer's tokenizer."""
+        if isinstance(self.tokenizer, (str, os.PathLike)):
+            return os.fspath(self.tokenizer)
+        from agent_gym.models import load_tokenizer
+
+        fix = ("pass EnvRollout(tokenizer=NAME_OR_PATH), a name or folder every worker loads the model's tokenizer from "
+               "(tokenizer.save_pretrained(DIR) writes one)")
+        name = str(getattr(self._tokenizer, "name_or_path", "") or "")
+        if not name:
+            raise ValueError(f"env_workers: the env workers load the tokenizer by name, and the trainer's has no name_or_path: {fix}")
+        try:
+            loaded = load_tokenizer(name)
+        except Exception as exc:  # noqa: BLE001 - whatever fails to load, the fix is the same
+            raise ValueError(
+                f"env_workers: the env workers load the tokenizer by name, and the trainer's tokenizer's name_or_path "
+                f"{name!r} does not load ({type(exc).__name__}: {exc}): {fix}"
+            ) from None
+        if loaded is not self._tokenizer and (
+            loaded.get_vocab() != self._tokenizer.get_vocab() or loaded.chat_template != self._tokenizer.chat_template
+        ):
+            raise ValueError(
+                f"env_workers: the env workers load the tokenizer by name, and {name!r} (the trainer's tokenizer's "
+                f"name_or_path) loads another vocabulary or chat template than the trainer's tokenizer: {fix}"
+            )
+        return name
+
+    def _worker_stop_ids(self, env_id: str, kwargs: dict[str, Any]) -> list[int]:
+        """The end-of-turn ids of an env in a worker: its chat template's, built here from the same tokenizer
+        and ``chat_template`` argument (as :class:`~agent_gym.core.env.AgentEnv` builds it)."""
+        key = _pool_key(env_id, kwargs)
+        if key not in self._stop_ids:
+            from agent_gym.chat.template import ChatTemplate
+
+            self._stop_ids[key] = list(ChatTemplate(self._tokenizer, chat_template=kwargs.get("chat_template")).end_of_turn_ids)
+        return self._stop_ids[key]
 
     # -- generation backends -------------------------------------------------------------------------
 
@@ -274,8 +558,13 @@ class EnvRollout:
 
     # -- metrics ---------------------------------------------------------------------------------------
 
-    def _log(self, trainer: Any, trajectories: list[Trajectory], samples: list[Any]) -> None:
+    def _log(self, trainer: Any, trajectories: list[Trajectory], samples: list[Any], trees: list[tuple[int, "TreeStats"]]) -> None:
         log = private.metric_logger(trainer)
+        if trees:  # what the trees generated against flat episodes of the same samples, per sample
+            n = len(trajectories)
+            log("env/tree_generated_tokens", sum(stats.generated_tokens for _, stats in trees) / n)
+            log("env/tree_flat_tokens", sum(stats.flat_tokens for _, stats in trees) / n)
+            log("env/tree_branch_step", sum(k for k, _ in trees) / len(trees))
         by_env: dict[str, list[int]] = defaultdict(list)
         for k, t in enumerate(trajectories):
             by_env[t.env_id].append(k)
@@ -303,6 +592,57 @@ def _episode_metrics(trajectories: list[Trajectory], samples: list[Any]) -> dict
     out["env_tokens"] = sum(len(s[2]) - sum(s[2]) for s in samples) / n
     out["env_seconds"] = math.fsum(float(t.metadata.get("env_s", 0.0)) for t in trajectories) / n
     return out
+
+
+def _check_agent_env(route: Route, env: Any) -> None:
+    if not hasattr(env.unwrapped, "template"):
+        raise TypeError(f"{route.env_id} is not an agent-r1-gym env (no chat template)")
+
+
+def _pool_key(env_id: str, kwargs: dict[str, Any]) -> tuple[str, str]:
+    return env_id, json.dumps(kwargs, sort_keys=True)
+
+
+def _process_index(trainer: Any) -> int:
+    return int(getattr(getattr(trainer, "accelerator", None), "process_index", 0) or 0)
+
+
+def _surprisal(record: StepRecord) -> float:
+    """The mean ``-log p`` of a step's sampled ids (``-inf`` for none, or unknown ones)."""
+    lps = record.response_logprobs or []
+    value = -math.fsum(lps) / len(lps) if lps else -math.inf
+    return -math.inf if math.isnan(value) else value
+
+
+class _Budgeted:
+    """An episode's (or a tree's) ``generate``: a turn from the round, cut after its first stop id and to
+    what the completion budget leaves, counted from ``base`` (the first prompt, or a tree's branch
+    state); ``EndEpisode`` once the budget is spent. ``spent`` says whether the budget stopped or cut a turn."""
+
+    def __init__(self, rounds: "_Rounds", end_of_turn_ids: Sequence[int], budget: int, slot: int):
+        self.rounds = rounds
+        self.stop_ids = set(end_of_turn_ids) | set(rounds.backend.stop_ids)
+        self.budget = budget
+        self.slot = slot  # orders the round: the batches do not depend on which env answered first
+        self.base: int | None = None
+        self.spent = False
+
+    async def __call__(self, prompt_ids: list[int]) -> Generation:
+        if self.base is None:
+            self.base = len(prompt_ids)
+        left = self.budget - (len(prompt_ids) - self.base)
+        if left <= 0:
+            self.spent = True
+            raise EndEpisode("max_completion_tokens")
+        generation = await self.rounds.generate(prompt_ids, self.slot)
+        if _turn_end(generation.ids, self.stop_ids) > left:
+            self.spent = True
+        return _cut(generation, self.stop_ids, left)
+
+
+def _turn_end(ids: Sequence[int], stop_ids: set[int]) -> int:
+    """The length of a turn: up to and including its first stop id (all of ``ids`` without one)."""
+    return next((k + 1 for k, t in enumerate(ids) if t in stop_ids), len(ids))
 
 
 def _cut(generation: Generation, stop_ids: set[int], limit: int) -> Generation:

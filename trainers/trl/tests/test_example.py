@@ -26,12 +26,17 @@ def run(*args, timeout=600):
 def test_help_and_bad_arguments():
     done = run("--help")
     assert done.returncode == 0
-    for option in ("--env-kwarg", "--use-vllm", "--vllm-mode", "--max-completion-length", "--trajectories"):
+    for option in ("--env-kwarg", "--use-vllm", "--vllm-mode", "--max-completion-length", "--trajectories",
+                   "--env-workers", "--tree entropy|random|K"):
         assert option in done.stdout
     done = run("AgentR1/Arithmetic-v0", "--batch-size", "6", "--num-generations", "4")
     assert done.returncode == 2 and "must be a multiple of --num-generations" in done.stderr
     done = run("AgentR1/Arithmetic-v0", "--env-kwarg", "level")
     assert done.returncode == 2 and "expected KEY=VALUE" in done.stderr
+    done = run("AgentR1/Arithmetic-v0", "--tree", "first")
+    assert done.returncode == 2 and "expected entropy, random or a step index >= 0, got 'first'" in done.stderr
+    done = run("AgentR1/Arithmetic-v0", "--tree", "1", "--env-workers", "2")
+    assert done.returncode == 2 and "--tree forks env states in the trainer's process" in done.stderr
 
 
 def test_two_steps_train_and_write_the_episodes_and_the_metrics(tmp_path):
@@ -193,3 +198,23 @@ def test_the_config_carries_the_schedule_and_the_vllm_importance_sampling_choice
         assert str(config.lr_scheduler_type.value if hasattr(config.lr_scheduler_type, "value") else config.lr_scheduler_type) == schedule
     done = run("AgentR1/Arithmetic-v0", "--vllm-importance-sampling", "sometimes")
     assert done.returncode == 2 and "invalid choice: 'sometimes'" in done.stderr
+
+
+def test_the_rollout_gets_the_env_workers_and_the_tree_mode():
+    import importlib.util
+
+    from agent_gym_trl import EnvRollout
+
+    spec = importlib.util.spec_from_file_location("train_trl", SCRIPT)
+    train_trl = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(train_trl)
+    for argv, expected in [
+        ([], {"env_workers": None, "tree": None, "tokenizer": None}),
+        (["--tree", "entropy"], {"env_workers": None, "tree": "entropy", "tokenizer": None}),
+        (["--tree", "2"], {"env_workers": None, "tree": 2, "tokenizer": None}),
+        (["--env-workers", "4", "--model", "smollm2-135m-tool"], {"env_workers": 4, "tree": None, "tokenizer": "smollm2-135m-tool"}),
+    ]:
+        kwargs = train_trl.rollout_kwargs(train_trl.parse_args(["AgentR1/Arithmetic-v0", *argv]))
+        assert kwargs == expected
+        if not kwargs["env_workers"]:
+            EnvRollout(**kwargs)  # the rollout takes them

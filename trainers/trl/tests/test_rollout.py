@@ -202,3 +202,13 @@ def test_a_backend_failure_fails_the_rollout_instead_of_hanging():
 
     results = asyncio.run(asyncio.wait_for(main(), 10))
     assert [type(r) for r in results] == [ConnectionError, ConnectionError]
+
+
+def test_env_workers_without_ray_name_the_install(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
+    with pytest.raises(ImportError, match=r'pip install "agent-r1-gym\[ray\]"'):
+        EnvRollout(env_workers=2)
+    with pytest.raises(ValueError, match="envs_per_worker and ray_address go with env_workers=N"):
+        EnvRollout(envs_per_worker=4)

@@ -12,30 +12,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _trl_support import CalculatorPolicy, expected_sample, grpo_args
+from _trl_support import CalculatorPolicy, expected_sample, grpo_args, recording_trainer, trl_advantages
 
-from agent_gym_trl import EnvRollout, env_dataset, env_reward
-
-
-def recording_trainer(model, *, tokenizer, dataset, rollout, args):
-    from trl import GRPOTrainer
-
-    class RecordingTrainer(GRPOTrainer):
-        """GRPOTrainer that keeps each generation batch as TRL built it (nothing else changed)."""
-
-        records: list = []
-
-        def _generate_and_score_completions(self, inputs):
-            batch = super()._generate_and_score_completions(inputs)
-            trajectories = list(self.rollout_func.last_trajectories)
-            rewards = list(self._logs["rewards"]["env_reward"])[-len(trajectories) :]
-            self.records.append({"batch": batch, "trajectories": trajectories, "rewards": rewards})
-            return batch
-
-    RecordingTrainer.records = []
-    return RecordingTrainer(
-        model=model, reward_funcs=env_reward, args=args, train_dataset=dataset, processing_class=tokenizer, rollout_func=rollout
-    )
+from agent_gym_trl import EnvRollout, env_dataset
 
 
 def unpadded(row, mask):
@@ -60,11 +39,8 @@ def check_batches(trainer, contexts, *, num_generations, budget):
             # Token for token the env's context (cut at the budget when the env's last reply ran past it).
             assert prompt + completion == context[: len(prompt) + len(completion)]
             assert len(prompt + completion) == min(len(context), len(prompt) + budget)
-        rewards = torch.tensor(record["rewards"])
         assert record["rewards"] == [t.return_ for t in trajectories]
-        groups = rewards.view(-1, num_generations)
-        expected = (groups - groups.mean(1, keepdim=True)) / (groups.std(1, keepdim=True) + 1e-4)
-        torch.testing.assert_close(batch["advantages"].cpu(), expected.flatten())
+        torch.testing.assert_close(batch["advantages"].cpu(), trl_advantages(record["rewards"], num_generations))
 
 
 def env_metrics(trainer, step):
