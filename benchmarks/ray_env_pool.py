@@ -127,7 +127,7 @@ def main() -> None:
     cpus = int(ray.cluster_resources().get("CPU", 0))
     print(f"== {ENV_ID}: {args.episodes} episodes of {args.turns} python calls"
           f"{f' sleeping {args.sleep_ms:g} ms' if args.sleep_ms else ''}{f' busy for {args.busy_ms:g} ms' if args.busy_ms else ''}"
-          " + an answer; {args.per_worker} in flight per worker ==")
+          f" + an answer; {args.per_worker} in flight per worker ==")
     print(f"this machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}; Ray cluster: {cpus} CPUs, "
           f"{len(ray.nodes())} node(s); the driver (this process) uses a core too")
 
