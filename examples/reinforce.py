@@ -11,6 +11,11 @@ policy's exact token ids go to `env.step`), scores every episode by its return r
 group, advantage = (r - mean) / (std + eps), and takes one AdamW step on
 loss = -mean(advantage * sum of the log-probs of the episode's action tokens). A greedy eval on fixed
 test-split tasks before and after training shows that the rise is not sampling noise.
+
+With `--tree WIDTH` each task is one tree of episodes instead (`agent_gym.rollout.play_tree`): the
+episode branches `WIDTH` ways at every step (env snapshots, the shared prefix generated once) up to
+`--group` leaves, and each generated action gets its per-state advantage (`tree_advantages`: the
+continuations from one state form the group); a single-turn env's tree is a flat group of `WIDTH`.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from agent_gym.models import load_causal_lm, load_tokenizer
 from agent_gym.rollout import Generation, play_episode
 from agent_gym.rollout.async_runner import run_sync
 from agent_gym.rollout.batcher import Batcher
+from agent_gym.rollout.tree import TreeStats, play_tree, tree_advantages
 
 COLUMNS = ["iteration", "mean_reward", "accuracy", "loss", "tokens", "seconds", "greedy_accuracy", "greedy_se"]
 
@@ -52,6 +58,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--iterations", type=int, default=30, help="optimizer steps (default: %(default)s)")
     p.add_argument("--prompts", type=int, default=4, help="tasks per iteration (default: %(default)s)")
     p.add_argument("--group", type=int, default=8, help="episodes sampled per task, G (default: %(default)s)")
+    p.add_argument("--tree", type=int, default=0, metavar="WIDTH",
+                   help="tree rollouts: per task one tree branching WIDTH ways at every step, up to --group leaves, "
+                        "per-state advantages (0: --group flat episodes per task; default: %(default)s)")
     p.add_argument("--lr", type=float, default=5e-6, help="AdamW learning rate, full model (default: %(default)s)")
     p.add_argument("--max-new-tokens", type=int, default=48, help="tokens generated per turn at most (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seeds torch sampling and the training tasks (default: %(default)s)")
@@ -115,6 +124,39 @@ def play(model, envs, resets, eot, pad, greedy, max_new):
     ]
 
 
+def play_trees(generate_batch, envs, resets, width: int, leaves: int):
+    """One tree per env (`play_tree`, branching `width` ways at every step, at most `leaves` leaves), all
+    trees at once, their turns batched as they come. Returns per tree: its trajectories, the training
+    turns ((prompt ids, action ids), advantage) of every generated step with a nonzero advantage (a step
+    a branch shares with its parent is trained once, in the parent), and its `TreeStats`."""
+
+    async def trees():
+        batcher = Batcher(generate_batch, max_wait_s=0.05)  # branches appear and end: no fixed rounds
+        runner = asyncio.ensure_future(batcher.run())
+
+        async def one(i):
+            batcher.started()
+            stats = TreeStats()
+            try:
+                tree = await play_tree(envs[i], batcher.generate, width=width, branch_at="every", max_leaves=leaves,
+                                       seed=resets[i].get("seed"), task_id=resets[i].get("task_id"), stats=stats)
+            finally:
+                batcher.finished()
+            return tree, stats
+
+        try:
+            return await asyncio.gather(*(one(i) for i in range(len(envs))))
+        finally:
+            runner.cancel()
+
+    out = []
+    for tree, stats in run_sync(trees):
+        advantages = tree_advantages(tree)
+        turns = [((s.prompt_ids, s.response_ids), a) for t in tree for s, a in zip(t.steps, advantages[t.id]) if a]
+        out.append((tree, turns, stats))
+    return out
+
+
 def sum_logprobs(model, seqs: list[tuple[list[int], list[int]]], pad: int) -> torch.Tensor:
     """Sum of log p(action token | everything before it) for each (prompt, action), right-padded batch."""
     width = max(len(q) + len(a) for q, a in seqs)
@@ -158,7 +200,7 @@ def main(argv: list[str] | None = None):
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     tok, model = load_tokenizer(args.model), load_causal_lm(args.model, dtype=torch.float32)
-    envs = [gym.make(args.env_id, tokenizer=tok, **args.kwargs) for _ in range(args.prompts * args.group)]
+    envs = [gym.make(args.env_id, tokenizer=tok, **args.kwargs) for _ in range(args.prompts * (1 if args.tree else args.group))]
     eval_envs = [gym.make(args.env_id, tokenizer=tok, **{**args.kwargs, "split": "test"}) for _ in range(args.eval_tasks)]
     eot = list(envs[0].unwrapped.template.end_of_turn_ids)
     pad = tok.pad_token_id if tok.pad_token_id is not None else eot[0]
@@ -171,11 +213,22 @@ def main(argv: list[str] | None = None):
     bar = tqdm(range(1, args.iterations + 1), desc="reinforce")
     for it in bar:
         start = time.time()
-        resets = [{"seed": args.seed * 1_000_003 + it * args.prompts + p} for p in range(args.prompts) for _ in range(args.group)]
-        episodes = play(model, envs, resets, eot, pad, False, args.max_new_tokens)
-        r = torch.tensor([e[0] for e in episodes]).view(args.prompts, args.group)
-        adv = torch.nan_to_num(((r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-4)).flatten())  # G=1: 0
-        seqs = [(turn, float(adv[i])) for i, e in enumerate(episodes) for turn in e[2] if adv[i] != 0]
+        if args.tree:
+            resets = [{"seed": args.seed * 1_000_003 + it * args.prompts + p} for p in range(args.prompts)]
+            trees = play_trees(lambda prompts: [Generation(ids, None, "stop") for ids in generate(model, prompts, eot, pad, False, args.max_new_tokens)],
+                               envs, resets, args.tree, args.group)
+            leaves = [t for tree, _, _ in trees for t in tree]
+            episodes = [[t.return_, bool(t.final_info.get("correct", False)), []] for t in leaves]
+            seqs = [turn for _, turns, _ in trees for turn in turns]
+            r = torch.tensor([e[0] for e in episodes])
+            generated = sum(stats.generated_tokens for _, _, stats in trees)
+        else:
+            resets = [{"seed": args.seed * 1_000_003 + it * args.prompts + p} for p in range(args.prompts) for _ in range(args.group)]
+            episodes = play(model, envs, resets, eot, pad, False, args.max_new_tokens)
+            r = torch.tensor([e[0] for e in episodes]).view(args.prompts, args.group)
+            adv = torch.nan_to_num(((r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-4)).flatten())  # G=1: 0
+            seqs = [(turn, float(adv[i])) for i, e in enumerate(episodes) for turn in e[2] if adv[i] != 0]
+            generated = sum(len(a) for e in episodes for _, a in e[2])
         opt.zero_grad()
         loss_total = 0.0
         for b in range(0, len(seqs), 8):  # micro-batches keep the (batch, length, vocab) logits small
@@ -187,7 +240,7 @@ def main(argv: list[str] | None = None):
         opt.step()
         row = {**blank, "iteration": it, "mean_reward": round(r.mean().item(), 4),
                "accuracy": round(sum(e[1] for e in episodes) / len(episodes), 4), "loss": round(loss_total, 6),
-               "tokens": sum(len(a) for e in episodes for _, a in e[2]), "seconds": round(time.time() - start, 2)}
+               "tokens": generated, "seconds": round(time.time() - start, 2)}
         if eval_envs and (it == args.iterations or (args.eval_every and it % args.eval_every == 0)):
             row["greedy_accuracy"], row["greedy_se"] = evaluate(model, eval_envs, eot, pad, args.max_new_tokens)
             tqdm.write(f"iteration {it}: greedy accuracy {row['greedy_accuracy']:.3f} ± {row['greedy_se']:.3f}")

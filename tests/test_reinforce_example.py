@@ -32,7 +32,7 @@ def test_help_explains_every_option(capsys) -> None:
     assert exit_.value.code == 0
     text = capsys.readouterr().out
     for option in ["--iterations", "--group", "--prompts", "--lr", "--max-new-tokens", "--seed", "--csv", "--png",
-                   "--eval-every", "--eval-tasks", "--env-id", "--env-kwarg", "--model", "--threads"]:
+                   "--eval-every", "--eval-tasks", "--env-id", "--env-kwarg", "--model", "--threads", "--tree"]:
         assert option in text
 
 
@@ -81,3 +81,47 @@ def test_one_iteration_writes_the_csv_and_steps_the_model(tmp_path) -> None:
         assert rows[1]["loss"] != 0.0
     else:  # every advantage is zero: no gradient, and AdamW without weight decay leaves the weights alone
         assert changed == [] and rows[1]["loss"] == 0.0
+
+
+def test_tree_rollouts_train_each_generated_step_once_with_its_per_state_advantage(tokenizer) -> None:
+    import gymnasium as gym
+    import numpy as np
+
+    from agent_gym.chat.template import ChatTemplate
+    from agent_gym.rollout import Generation
+    from agent_gym.rollout.tree import tree_advantages
+    from agent_gym.tools import HermesParser
+
+    template = ChatTemplate(tokenizer)
+    eot = list(template.end_of_turn_ids)
+
+    def say(text: str) -> list[int]:
+        return template.encode(text) + eot
+
+    calc = say(HermesParser().format_calls([{"name": "calculate", "arguments": {"expression": "16 - 3 - 4"}}]))
+    answers = [say("#### 18"), say("#### 5")]  # right and wrong for test-0, in turn: the leaves' returns differ
+    answered = []
+
+    def generate_batch(prompts: list[list[int]]) -> list[Generation]:
+        out = []
+        for prompt in prompts:
+            turn = (int(np.count_nonzero(np.isin(prompt, eot))) - 2) // 2  # system + user, then assistant + tool
+            if turn < 2:
+                out.append(Generation(calc, None, "stop"))
+            else:
+                out.append(Generation(answers[len(answered) % 2], None, "stop"))
+                answered.append(1)
+        return out
+
+    env = gym.make("AgentR1/GSM8KTool-v0", tokenizer=tokenizer, split="test")
+    [(tree, turns, stats)] = reinforce.play_trees(generate_batch, [env], [{"seed": 0, "task_id": "test-0"}], width=2, leaves=4)
+    # three steps (two calls, an answer); the root branches once at each step: 4 leaves
+    assert len(tree) == 4 and [t.metadata["tree"]["branch_step"] for t in tree] == [None, 0, 1, 2]
+    assert (stats.generated_steps, stats.flat_steps) == (3 + 3 + 2 + 1, 4 * 3)
+    advantages = tree_advantages(tree)
+    want = [((s.prompt_ids, s.response_ids), a) for t in tree for s, a in zip(t.steps, advantages[t.id]) if a]
+    assert turns == want and turns  # some leaves right, some wrong: nonzero advantages
+    for t in tree:  # a step a branch copied from its parent has no advantage of its own: trained in the parent
+        assert advantages[t.id][: t.metadata["tree"]["shared_steps"]] == [None] * t.metadata["tree"]["shared_steps"]
+    assert len(turns) == sum(1 for t in tree for a in advantages[t.id][t.metadata["tree"]["shared_steps"]:] if a)
+    env.close()
