@@ -66,6 +66,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="seeds torch sampling and the training tasks (default: %(default)s)")
     p.add_argument("--eval-tasks", type=int, default=64, help="test-split tasks of the greedy eval, 0: none (default: %(default)s)")
     p.add_argument("--eval-every", type=int, default=10, help="greedy eval every N iterations too, 0: only at start and end (default: %(default)s)")
+    p.add_argument("--device", default="cpu", help="torch device of the model, e.g. cuda (default: %(default)s)")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads (default: %(default)s)")
     p.add_argument("--csv", default="runs/reinforce.csv", help="per-iteration CSV (default: %(default)s)")
     p.add_argument("--png", default=None, help="plot of the CSV, written at the end (default: none)")
@@ -85,8 +86,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def generate(model, prompts: list[list[int]], eot: list[int], pad: int, greedy: bool, max_new: int) -> list[list[int]]:
     """One batched generate (left-padded); each row cut after its first end-of-turn id, as the env wants."""
     width = max(map(len, prompts))
-    ids = torch.tensor([[pad] * (width - len(q)) + q for q in prompts])
-    mask = torch.tensor([[0] * (width - len(q)) + [1] * len(q) for q in prompts])
+    ids = torch.tensor([[pad] * (width - len(q)) + q for q in prompts], device=model.device)
+    mask = torch.tensor([[0] * (width - len(q)) + [1] * len(q) for q in prompts], device=model.device)
     sampling = {"do_sample": False} if greedy else {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0}
     with torch.no_grad():
         out = model.generate(ids, attention_mask=mask, max_new_tokens=max_new, eos_token_id=eot, pad_token_id=pad, **sampling)
@@ -160,9 +161,9 @@ def play_trees(generate_batch, envs, resets, width: int, leaves: int):
 def sum_logprobs(model, seqs: list[tuple[list[int], list[int]]], pad: int) -> torch.Tensor:
     """Sum of log p(action token | everything before it) for each (prompt, action), right-padded batch."""
     width = max(len(q) + len(a) for q, a in seqs)
-    ids = torch.tensor([q + a + [pad] * (width - len(q) - len(a)) for q, a in seqs])
-    attn = torch.tensor([[1] * (len(q) + len(a)) + [0] * (width - len(q) - len(a)) for q, a in seqs])
-    act = torch.tensor([[0] * len(q) + [1] * len(a) + [0] * (width - len(q) - len(a)) for q, a in seqs])
+    ids = torch.tensor([q + a + [pad] * (width - len(q) - len(a)) for q, a in seqs], device=model.device)
+    attn = torch.tensor([[1] * (len(q) + len(a)) + [0] * (width - len(q) - len(a)) for q, a in seqs], device=model.device)
+    act = torch.tensor([[0] * len(q) + [1] * len(a) + [0] * (width - len(q) - len(a)) for q, a in seqs], device=model.device)
     logp = torch.log_softmax(model(input_ids=ids, attention_mask=attn).logits[:, :-1].float(), dim=-1)
     return (logp.gather(-1, ids[:, 1:, None]).squeeze(-1) * act[:, 1:]).sum(-1)
 
@@ -199,7 +200,7 @@ def main(argv: list[str] | None = None):
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    tok, model = load_tokenizer(args.model), load_causal_lm(args.model, dtype=torch.float32)
+    tok, model = load_tokenizer(args.model), load_causal_lm(args.model, dtype=torch.float32).to(args.device)
     envs = [gym.make(args.env_id, tokenizer=tok, **args.kwargs) for _ in range(args.prompts * (1 if args.tree else args.group))]
     eval_envs = [gym.make(args.env_id, tokenizer=tok, **{**args.kwargs, "split": "test"}) for _ in range(args.eval_tasks)]
     eot = list(envs[0].unwrapped.template.end_of_turn_ids)
@@ -233,7 +234,7 @@ def main(argv: list[str] | None = None):
         loss_total = 0.0
         for b in range(0, len(seqs), 8):  # micro-batches keep the (batch, length, vocab) logits small
             chunk = seqs[b: b + 8]
-            loss = -(torch.tensor([a for _, a in chunk]) * sum_logprobs(model, [t for t, _ in chunk], pad)).sum() / len(episodes)
+            loss = -(torch.tensor([a for _, a in chunk], device=model.device) * sum_logprobs(model, [t for t, _ in chunk], pad)).sum() / len(episodes)
             loss.backward()
             loss_total += loss.item()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -32,7 +32,7 @@ def test_help_explains_every_option(capsys) -> None:
     assert exit_.value.code == 0
     text = capsys.readouterr().out
     for option in ["--iterations", "--group", "--prompts", "--lr", "--max-new-tokens", "--seed", "--csv", "--png",
-                   "--eval-every", "--eval-tasks", "--env-id", "--env-kwarg", "--model", "--threads", "--tree"]:
+                   "--eval-every", "--eval-tasks", "--env-id", "--env-kwarg", "--model", "--threads", "--tree", "--device"]:
         assert option in text
 
 
