@@ -16,7 +16,11 @@ mkdir -p "$VENV_ROOT"
 PYTHON=${PYTHON:-python3}
 export PIP_DISABLE_PIP_VERSION_CHECK=1 TOKENIZERS_PARALLELISM=false HYDRA_FULL_ERROR=1
 
-COMMON_PKGS=(gguf accelerate gymnasium pydantic jinja2 tqdm pytest hypothesis bm25s)  # bm25s: SearchQA (numpy only)
+# bm25s: SearchQA (numpy only). mcp: the MCP SDK that envs/mcp (MCPTask-v0) and agent_gym.tools.mcp need; it
+# only adds packages beside either pin set (pip's resolver, 2026-12-05: mcp 2.3.0 with mcp-types, httpx2,
+# httpcore2, sse-starlette, python-multipart, pyjwt, truststore, and starlette + uvicorn for verl 0.7.0),
+# so no pin of verl's moves and it needs no pin of its own beyond what envs/mcp declares.
+COMMON_PKGS=(gguf accelerate gymnasium pydantic jinja2 tqdm pytest hypothesis bm25s "mcp>=2.3")
 PINS_07=(torch==2.13.0 verl==0.7.0 "transformers<5" "numpy<2" "pyarrow>=19,<21" "datasets<4.1" cachetools)
 # trl as the TRL adapter pins it: verl 0.9.1 beside trl 1.x is what tests/verl/test_trl_beside_verl.py checks
 PINS_09=(torch==2.13.0 verl==0.9.1 cachetools uvicorn fastapi trl==1.16.0)

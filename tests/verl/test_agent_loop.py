@@ -23,6 +23,7 @@ pytest.importorskip("verl")
 import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from _mcp_support import mcp_demo_servers  # noqa: E402
 from _verl_support import (  # noqa: E402
     HFServerManager,
     dataset_batch,
@@ -476,13 +477,22 @@ def test_a_concat_episode_that_ends_on_empty_actions_keeps_its_reward_on_a_train
           "Could you give me your email address?", "Thank you, anything else?"]),
         ("AgentR1/SearchQA-v0", {"difficulty": "easy", "max_turns": 3, "top_k": 1},
          ['<tool_call>\n{"name": "search", "arguments": {"query": "founded"}}\n</tool_call>', "<answer>nobody</answer>"]),
+        # the demo: test-0 asks what 6 flanges cost; the warehouse MCP server (a stdio process) prices one at 17
+        ("AgentR1/MCPTask-v0", {"max_turns": 3},
+         ['<tool_call>\n{"name": "price", "arguments": {"item": "flanges"}}\n</tool_call>', "6 * 17 = 102\n#### 102"]),
     ],
 )
 def test_concat_mode_plays_the_catalogue_envs_token_for_token(model_dir, verl_tokenizer, tmp_path, env_id, env_kwargs, turns):
-    """The tool envs of the catalogue under verl's worker: the row is the env's context (tool results and the
-    simulated customer's turns as env ids, outside response_mask), the score its return."""
+    """The tool envs of the catalogue under verl's worker: the row is the env's context (tool results, the
+    simulated customer's turns and the MCP server's answers as env ids, outside response_mask), the score its
+    return. MCPTask-v0's server process lives while an env of the pool uses it and is gone once the pool is
+    closed."""
     if env_id == "AgentR1/SearchQA-v0":
         pytest.importorskip("bm25s")
+    if env_id == "AgentR1/MCPTask-v0":
+        pytest.importorskip("mcp", reason="the MCP SDK (pip install mcp; .ci/verl.sh installs it)")
+        pytest.importorskip("agent_gym_mcp", reason="the MCPTask-v0 env package (pip install -e envs/mcp)")
+        assert mcp_demo_servers() == []
     parquet = str(export_env(env_id, "test", tmp_path / "data", mode="concat", limit=1, env_kwargs=env_kwargs))
     cfg = verl_config(model_dir, "data.max_prompt_length=2048", "data.max_response_length=1024")  # the shop's policy prompt
     al._ENV_POOL.clear()
@@ -500,3 +510,21 @@ def test_concat_mode_plays_the_catalogue_envs_token_for_token(model_dir, verl_to
     assert sum(row["mask"]) == sum(len(a) for a in played)  # every policy id trained, no env id
     assert len(row["response"]) > sum(len(a) for a in played)  # the env's replies are in the row, masked
     assert out.non_tensor_batch["tool_calls"][0] == 1.0
+    if env_id == "AgentR1/MCPTask-v0":
+        from agent_gym.tools import mcp as agent_mcp
+
+        reply = verl_tokenizer.decode(row["response"][len(actions[0]) : len(row["response"]) - len(actions[1])])
+        assert "\n17<|im_end|>" in reply  # the server's answer, as a tool turn of env ids
+        assert sum(row["rm_scores"]) == 1.0 and out.non_tensor_batch["acc"][0] == 1.0
+        assert len(mcp_demo_servers()) == 1  # the read-only demo server, shared by the pool's env
+        al._ENV_POOL.clear()  # closes the pooled env: the last user of the server
+        assert agent_mcp.live_server_count() == 0
+        assert _still_running(mcp_demo_servers()) == []
+
+
+def _still_running(processes):
+    """Those of ``processes`` alive after up to 10 s: ``close()`` returns once the SDK saw each server exit;
+    the reaping is the event loop's, a moment later."""
+    import psutil
+
+    return psutil.wait_procs(processes, timeout=10)[1]

@@ -5,10 +5,12 @@ is not imported."""
 
 from __future__ import annotations
 
+import json
 from importlib.metadata import entry_points
 
 import pytest
 
+from _mcp_support import mcp_demo_servers
 from agent_gym.cli.main import main
 from agent_gym.cli_support import COMMAND_GROUP
 
@@ -82,6 +84,31 @@ def test_export_verl_help_documents_both_forms(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "--env-kwarg KEY=VALUE extra env constructor argument, repeatable; VALUE is read as JSON" in text
     assert "--env-kwargs JSON the same arguments as one JSON object" in text
+
+
+def test_export_verl_writes_mcp_task_rows_and_leaves_no_server(tmp_path, capsys):
+    """MCPTask-v0's demo: its tools come from an MCP server (a stdio process) that the export starts to
+    list them; the rows name them, and the process is gone when the command returns."""
+    pytest.importorskip("agent_gym_mcp", reason="the MCPTask-v0 env package (pip install -e envs/mcp)")
+    import psutil
+    import pyarrow.parquet as pq
+
+    from agent_gym.tools import mcp as agent_mcp
+
+    out = tmp_path / "out"
+    args = ["export-verl", "AgentR1/MCPTask-v0", "--split", "test", "--limit", "2", "--out", str(out), "--mode", "step",
+            "--env-kwarg", "max_turns=3"]
+    assert main(args) == 0
+    assert capsys.readouterr().out == f"AgentR1/MCPTask-v0 [test] -> {out / 'test.parquet'} (2 rows)\n"
+    rows = pq.read_table(out / "test.parquet").to_pylist()
+    assert [r["extra_info"]["task_id"] for r in rows] == ["test-0", "test-1"]
+    assert rows[0]["prompt"][1] == {"role": "user", "content": "What do 6 flanges cost, in dollars?"}
+    assert rows[0]["reward_model"] == {"style": "rule", "ground_truth": "102"}
+    assert {r["agent_name"] for r in rows} == {"agent_gym_step"} and {r["env_id"] for r in rows} == {"AgentR1/MCPTask-v0"}
+    assert rows[0]["extra_info"]["env_kwargs"] == '{"max_turns": 3, "split": "test"}'
+    assert [t["function"]["name"] for t in json.loads(rows[0]["extra_info"]["tools"])] == ["stock", "price"]
+    assert agent_mcp.live_server_count() == 0
+    assert psutil.wait_procs(mcp_demo_servers(), timeout=10)[1] == []
 
 
 def test_an_adapter_module_that_cannot_load_names_the_install(capsys, monkeypatch):

@@ -67,7 +67,7 @@ def verl_restored():
             owner_name, attribute = dotted.rsplit(".", 1)
             owner = patches.resolve(owner_name)
             if isinstance(owner, type):
-                continue  # rows 7-10 live in our subclass; verl's class is never written to
+                continue  # rows 7-11 live in our subclass; verl's class is never written to
             saved.append((owner, attribute, vars(owner).get(attribute, missing)))
     yield
     for owner, attribute, value in reversed(saved):
@@ -99,10 +99,10 @@ def test_install_applies_every_row_of_the_table_and_keeps_verls_own(verl_restore
 
     verls = patches.resolve("verl.trainer.ppo.ray_trainer.compute_advantage")
     with patches.fit_scope() as scoped:
-        assert [a.patch.number for a in scoped] == [11]
+        assert [a.patch.number for a in scoped] == [12]
         check_applied(scoped[0])
         assert scoped[0].original is verls
-    assert patches.resolve("verl.trainer.ppo.ray_trainer.compute_advantage") is verls  # row 11 restores itself
+    assert patches.resolve("verl.trainer.ppo.ray_trainer.compute_advantage") is verls  # row 12 restores itself
 
 
 def test_each_part_installs_only_its_rows(verl_restored):

@@ -94,6 +94,20 @@ def test_dry_run_rejects_a_step_mode_estimator_it_cannot_run():
         dry_run(["algorithm.adv_estimator=remax", "actor_rollout_ref.rollout.name=vllm"])
 
 
+def test_dry_run_checks_the_tree_settings(capsys):
+    from agent_gym_verl import compat
+    from agent_gym_verl.main_ppo import dry_run
+    from agent_gym_verl.step_advantage import StepModeError
+
+    common = ["actor_rollout_ref.rollout.name=vllm", "+agent_gym.tree.width=3", *([] if compat.LEGACY_LAYOUT else ["trainer.use_v1=False"])]
+    with pytest.raises(StepModeError, match="not 'rloo'"):
+        dry_run(["algorithm.adv_estimator=rloo", *common])
+    with pytest.raises(SystemExit, match="agent_gym.tree.branch_at must be 'every', 'entropy' or a non-empty list"):
+        dry_run(["algorithm.adv_estimator=grpo", *common, "+agent_gym.tree.branch_at=often"])
+    dry_run(["algorithm.adv_estimator=grpo", *common, "+agent_gym.tree.branch_at=[0,2]"])
+    assert "tree=TreeConfig(width=3, branch_at=(0, 2), top_k=1, max_leaves=8)," in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("override,shown", [(None, "segment"), ("+agent_gym.samples=step", "step"), ("+agent_gym.samples=steps", None)])
 def test_step_mode_samples_are_segments_unless_asked(override, shown, tmp_path):
     proc = _dry_run("run_smollm2-135m_gsm8k_tool.sh", *([override] if override else []), HOME=str(tmp_path))

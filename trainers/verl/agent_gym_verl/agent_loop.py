@@ -20,7 +20,10 @@ Two loops are registered (and listed in :data:`agent_gym_verl.AGENT_LOOP_CONFIG`
     after rollout, and
     :mod:`agent_gym_verl.step_advantage` computes trajectory-aware advantages. Needs that trainer
     (``python -m agent_gym_verl.main_ppo``); validation works on the un-expanded rows (one per
-    trajectory, reward = the episode's return).
+    trajectory, reward = the episode's return). With ``agent_gym.tree`` (:mod:`agent_gym_verl.tree`)
+    a training row plays a tree of episodes instead (:func:`agent_gym.rollout.tree.play_tree`, each
+    branch under a server request id of its own) and carries every trajectory's own steps with their
+    tree advantages; validation rows still play one episode.
 
 Each dataset row names its env and task: ``extra_info.env_id`` (or a top-level ``env_id`` column),
 ``extra_info.task_id``, and ``extra_info.env_kwargs`` (a JSON string or a dict). The loop makes the env
@@ -34,11 +37,15 @@ function is needed.
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import json
 import logging
 import os
+import time
+import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 from uuid import uuid4
 
 import gymnasium as gym
@@ -180,6 +187,16 @@ def step_samples(trajectory: Any, kind: str = "segment") -> list[dict[str, Any]]
     expansion puts them where verl puts the score of an empty response: counted in the trajectory's
     return, on no trained token).
     """
+    return samples_and_layout(trajectory, kind)[0]
+
+
+def samples_and_layout(trajectory: Any, kind: str = "segment") -> tuple[list[dict[str, Any]], list[tuple[list[int], list[int]]]]:
+    """:func:`step_samples` and, per sample, the trajectory step of each response id (a position in
+    ``trajectory.steps``) and whether the policy generated it (1) or the env (0).
+
+    Raises:
+        ValueError: an unknown ``kind``.
+    """
     if kind not in SAMPLE_KINDS:
         raise ValueError(f"sample kind must be one of {SAMPLE_KINDS}, got {kind!r}")
     layout = _step_layout(trajectory) if kind == "step" else _segment_layout(trajectory)
@@ -187,7 +204,7 @@ def step_samples(trajectory: Any, kind: str = "segment") -> list[dict[str, Any]]
     for sample, token_rewards, left in zip(layout.samples, rewards, unplaced):
         sample["token_rewards"] = token_rewards
         sample["unplaced_reward"] = left
-    return layout.samples
+    return layout.samples, layout.ids
 
 
 def tool_call_counts(trajectory: Any) -> tuple[int, int]:
@@ -374,15 +391,44 @@ class AgentGymAgentLoop(compat.AgentLoopBase):
             row = _first_step_row(trajectory)
         else:
             row, truncated_reason = self._concat_row(trajectory, env_id, truncated_reason)
+        return self._output(
+            trajectory,
+            row,
+            request_id=request_id,
+            env_id=env_id,
+            task_id=task_id,
+            truncated_reason=truncated_reason,
+            steps=steps,
+            generate_s=trajectory.metadata["generate_s"],
+            env_s=trajectory.metadata["env_s"],
+        )
+
+    def _output(
+        self,
+        trajectory: Trajectory,
+        row: _Row,
+        *,
+        request_id: str,
+        env_id: str,
+        task_id: Any,
+        truncated_reason: str | None,
+        steps: list[dict[str, Any]] | None,
+        generate_s: float,
+        env_s: float,
+        extra: Mapping[str, Any] | None = None,
+    ) -> compat.AgentLoopOutput:
+        """The row verl gets for ``trajectory``: ``row``'s ids, the return as ``reward_score``, the
+        episode's ``extra_fields`` (:func:`_episode_fields`, the step samples, ``extra``) and timings."""
         if not row.response:
             row = self._padding_response(row)
-
+        step_mode = self.mode == "step"
         turns = int(trajectory.final_info.get("turn", len(trajectory.steps) if step_mode else 0))
         extra_fields = _episode_fields(
             trajectory, request_id=request_id, env_id=env_id, task_id=task_id, turns=turns, truncated_reason=truncated_reason
         )
         if steps is not None:
             extra_fields[STEPS_KEY] = steps
+        extra_fields.update(extra or {})
         done = trajectory.steps[-1].terminated or trajectory.steps[-1].truncated
         # verl's meaning of turns: chat turns incl. the first user turn, assistant turns and env replies.
         env_turns = len(trajectory.steps) - (1 if done else 0)
@@ -393,23 +439,52 @@ class AgentGymAgentLoop(compat.AgentLoopBase):
             response_logprobs=row.logprobs,
             reward_score=trajectory.return_,
             num_turns=1 + turns + env_turns,
-            metrics=compat.make_metrics(
-                generate_sequences=trajectory.metadata["generate_s"], tool_calls=trajectory.metadata["env_s"]
-            ),
+            metrics=compat.make_metrics(generate_sequences=generate_s, tool_calls=env_s),
             extra_fields=extra_fields,
         )
 
-    def _generate_fn(self, env_id: str, task_id: Any, request_id: str, sampling_params: dict[str, Any]) -> GenerateFn:
-        """The episode engine's ``generate`` for one episode: tokens from verl's server manager, at most
-        the token budget each prompt leaves (step mode: every action gets ``rollout.response_length``;
-        concat mode: the actions and env turns share it), and ``EndEpisode`` once a prompt leaves none."""
+    def _generate_fn(
+        self,
+        env_id: str,
+        task_id: Any,
+        request_id: str | Callable[[], str],
+        sampling_params: dict[str, Any],
+        *,
+        ended: dict[str, str] | None = None,
+        timer: list[float] | None = None,
+    ) -> GenerateFn:
+        """The episode engine's ``generate`` for one episode (or one tree): tokens from verl's server
+        manager, at most the token budget each prompt leaves (step mode: every action gets
+        ``rollout.response_length``; concat mode: the actions and env turns share it), and ``EndEpisode``
+        once a prompt leaves none.
+
+        Args:
+            request_id: the server request id, or a function giving the calling trajectory's (a tree's
+                branches generate concurrently, and vLLM refuses two running requests with one id).
+            ended: filled with request id -> the ``EndEpisode`` reason, for each trajectory it stopped.
+            timer: ``[seconds]``, to which each call adds its duration.
+        """
         from agent_gym.rollout.episode import EndEpisode
         from agent_gym.rollout.policy import Generation
 
         step_mode = self.mode == "step"
         first_len: list[int] = []  # the first prompt's length, once seen
 
+        def end(rid: str, reason: str) -> EndEpisode:
+            if ended is not None:
+                ended[rid] = reason
+            return EndEpisode(reason)
+
         async def generate(prompt: list[int]) -> Generation:
+            rid = request_id() if callable(request_id) else request_id
+            started = time.perf_counter()
+            try:
+                return await generate_once(rid, prompt)
+            finally:
+                if timer is not None:
+                    timer[0] += time.perf_counter() - started
+
+        async def generate_once(rid: str, prompt: list[int]) -> Generation:
             if not first_len:
                 if len(prompt) > self.prompt_length:
                     raise ValueError(
@@ -421,16 +496,16 @@ class AgentGymAgentLoop(compat.AgentLoopBase):
             if step_mode:
                 # Every step is a sample of its own: its prompt must fit, its action gets the whole budget.
                 if len(prompt) > self.prompt_length:
-                    raise EndEpisode("prompt_length")
+                    raise end(rid, "prompt_length")
                 budget = self.response_length
             else:
                 # One sample for the episode: the actions and env turns so far use up the response budget.
                 budget = self.response_length - (len(prompt) - first_len[0])
                 if budget <= 0:
-                    raise EndEpisode("response_length")
+                    raise end(rid, "response_length")
             params = dict(sampling_params)
             params["max_tokens"] = budget
-            out = await self.server_manager.generate(request_id=request_id, prompt_ids=prompt, sampling_params=params)
+            out = await self.server_manager.generate(request_id=rid, prompt_ids=prompt, sampling_params=params)
             ids, lps = compat.token_output(out)
             ids = ids[:budget]
             if lps is not None:
@@ -484,17 +559,44 @@ class AgentGymAgentLoop(compat.AgentLoopBase):
         return _Row(row.prompt, [self._pad_id()], [0], None if row.logprobs is None else [0.0])
 
 
+class _TaskRequestIds:
+    """One server request id per asyncio task: ``base`` for the first task that asks (a tree's root),
+    ``base-1``, ``base-2``, ... for the next ones. A tree's branches play concurrently, each in a task of
+    its own (:func:`agent_gym.rollout.tree.play_tree` gathers them), and vLLM refuses a request whose id
+    is running already (verl 0.7 hands it the id; 0.9 does with ``rollout.full_determinism``); within a
+    task the calls are sequential, so each trajectory keeps one id (and its sticky server) throughout."""
+
+    def __init__(self, base: str):
+        self.base = base
+        self._ids: weakref.WeakKeyDictionary[asyncio.Task[Any], str] = weakref.WeakKeyDictionary()
+        self._count = itertools.count()
+
+    def __call__(self) -> str:
+        task = asyncio.current_task()
+        if task is None:
+            return self.base
+        rid = self._ids.get(task)
+        if rid is None:
+            n = next(self._count)
+            rid = self._ids[task] = self.base if n == 0 else f"{self.base}-{n}"
+        return rid
+
+
 class AgentGymStepAgentLoop(AgentGymAgentLoop):
-    """Step mode: one training sample per segment, or per env step (see the module docstring)."""
+    """Step mode: one training sample per segment, or per env step (see the module docstring); with
+    ``agent_gym.tree``, one tree of episodes per training row (:mod:`agent_gym_verl.tree`)."""
 
     mode = "step"
 
     def __init__(self, *args: Any, **kwargs: Any):
+        from agent_gym_verl.tree import tree_config
+
         super().__init__(*args, **kwargs)
         flag = self.config.get("agent_gym", None) or {}
         self.samples = str(flag.get("samples", "segment"))
         if self.samples not in SAMPLE_KINDS:
             raise ValueError(f"agent_gym.samples must be one of {SAMPLE_KINDS}, got {self.samples!r}")
+        self.tree = tree_config(flag)
         if not flag.get("step_trainer", False):
             raise RuntimeError(
                 "the agent_gym_step agent loop returns one row per trajectory that only the agent-gym trainer "
@@ -502,6 +604,63 @@ class AgentGymStepAgentLoop(AgentGymAgentLoop):
                 "trainer.use_v1=False on verl 0.9), not verl.trainer.main_ppo, or use agent_name=agent_gym "
                 "(concat mode) with stock verl"
             )
+
+    async def _run_episode(
+        self, env: gym.Env, env_id: str, extra: Mapping[str, Any], sampling_params: dict[str, Any], kwargs: Mapping[str, Any]
+    ) -> compat.AgentLoopOutput:
+        from agent_gym_verl.tree import VALIDATE_KEY
+
+        if self.tree is None or bool(_scalar(kwargs.get(VALIDATE_KEY, False))):
+            return await super()._run_episode(env, env_id, extra, sampling_params, kwargs)
+        return await self._run_tree(env, env_id, extra, sampling_params, kwargs)
+
+    async def _run_tree(
+        self, env: gym.Env, env_id: str, extra: Mapping[str, Any], sampling_params: dict[str, Any], kwargs: Mapping[str, Any]
+    ) -> compat.AgentLoopOutput:
+        """One tree for the row (:mod:`agent_gym_verl.tree`): the row is the root's first step and the
+        root's episode fields, ``extra_fields`` carry every trajectory's own samples and the tree's value."""
+        from agent_gym.rollout.tree import play_tree
+        from agent_gym_verl import tree as tree_mode
+
+        assert self.tree is not None
+        task_id = _scalar(extra.get("task_id"))
+        index = _scalar(kwargs.get("index"))
+        request_id = uuid4().hex
+        ended: dict[str, str] = {}
+        generate_s = [0.0]
+        started = time.perf_counter()
+        trajectories = await play_tree(
+            env,
+            self._generate_fn(env_id, task_id, _TaskRequestIds(request_id), sampling_params, ended=ended, timer=generate_s),
+            **self.tree.play_kwargs(),
+            seed=None if task_id is not None or index is None else int(index),
+            task_id=None if task_id is None else str(task_id),
+            env_id=env_id,
+            max_steps=self.max_steps,
+        )
+        wall_s = time.perf_counter() - started
+        root = trajectories[0]
+        if not root.steps:
+            raise RuntimeError(f"{env_id}: the episode made no step (max_steps={self.max_steps})")
+        last = root.steps[-1]
+        truncated_reason = ended.get(request_id)  # the root plays first, under the first id
+        if truncated_reason is None and not (last.terminated or last.truncated):
+            truncated_reason = "max_steps"
+        if truncated_reason is None and last.info.get("truncated_reason"):
+            truncated_reason = str(last.info["truncated_reason"])
+        return self._output(
+            root,
+            _first_step_row(root),
+            request_id=request_id,
+            env_id=env_id,
+            task_id=task_id,
+            truncated_reason=truncated_reason,
+            steps=tree_mode.tree_samples(trajectories, self.samples),
+            # Branches run concurrently: the generate seconds of every call, and the rest of the wall time.
+            generate_s=generate_s[0],
+            env_s=max(0.0, wall_s - generate_s[0]),
+            extra=tree_mode.tree_fields(trajectories),
+        )
 
 
 compat.register("agent_gym")(AgentGymAgentLoop)

@@ -22,7 +22,7 @@ from typing import Any
 
 from agent_gym_verl import compat, patches
 from agent_gym_verl.patches import plain_class as _plain_class  # noqa: F401  (verl 0.9's TaskRunner is an actor class)
-from agent_gym_verl.trainer import STEP_TRAINER_FLAG, check_engine_batch_sizes, step_sample_kind
+from agent_gym_verl.trainer import STEP_TRAINER_FLAG, check_engine_batch_sizes, step_sample_kind, tree_settings
 
 __all__ = ["AgentGymTaskRunner", "main", "dry_run", "check_file_logger_folder", "STEP_TRAINER_FLAG"]
 
@@ -95,7 +95,7 @@ def dry_run(overrides: list[str]) -> Any:
 
     import verl.trainer
 
-    from agent_gym_verl.step_advantage import check_estimator
+    from agent_gym_verl.step_advantage import check_estimator, check_tree_estimator
 
     config_dir = os.path.join(os.path.dirname(verl.trainer.__file__), "config")
     with initialize_config_dir(config_dir=config_dir, version_base=None):
@@ -112,11 +112,15 @@ def dry_run(overrides: list[str]) -> Any:
         raise SystemExit("agent_gym_verl.main_ppo: set trainer.use_v1=False (the legacy trainer is the one extended)")
     try:
         samples = step_sample_kind(cfg)
+        tree = tree_settings(cfg)
     except ValueError as exc:
         raise SystemExit(f"agent_gym_verl.main_ppo: {exc}") from None
+    if tree is not None and step_mode:
+        check_tree_estimator(cfg.algorithm.adv_estimator, cfg.algorithm)
     print(
         f"agent_gym_verl dry run (verl {compat.VERL_VERSION}): config composed; "
-        f"adv_estimator={cfg.algorithm.adv_estimator}, step-mode samples={samples}, model={cfg.actor_rollout_ref.model.path}, "
+        f"adv_estimator={cfg.algorithm.adv_estimator}, step-mode samples={samples}, "
+        f"tree={'off' if tree is None else tree}, model={cfg.actor_rollout_ref.model.path}, "
         f"agent_loop_config_path={cfg.actor_rollout_ref.rollout.agent.agent_loop_config_path}, "
         f"token log-probs from {_token_logprobs_source(cfg)}"
     )

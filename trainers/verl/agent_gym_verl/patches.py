@@ -19,26 +19,27 @@ patch belongs to a *part*, named after the process and moment it must be install
 what it applied, one :class:`Applied` per row. Every part is idempotent: verl's own object is kept once,
 where the second table says, and a repeated install replaces (or wraps) that one again, so verl's own is
 never lost and never replaced by ours. To undo a row, assign the kept object back to the target (rows
-7-10 go with row 6; row 11 restores itself).
+7-11 go with row 6; row 12 restores itself).
 
 What is patched (targets in verl; ``main_ppo[_v0]``: ``main_ppo`` in verl 0.7, ``main_ppo_v0`` in 0.9;
 replacements in ``agent_gym_verl``):
 
-==  =======================================================  ===================================================================  ======
-#   target                                                   replacement                                                          part
-==  =======================================================  ===================================================================  ======
-1   verl.utils.torch_functional.logprobs_from_logits_v2      fast_logprobs.chunked_logprobs_from_logits                           worker
-2   verl.utils.import_utils.is_trl_available                 compat.trl_has_value_head_model                                      worker
-3   verl.models.transformers.monkey_patch.is_trl_available   compat.trl_has_value_head_model                                      worker
-4   verl.trainer.main_ppo[_v0].TaskRunner                    main_ppo.AgentGymTaskRunner                                          driver
-5   verl.trainer.main_ppo.get_ppo_ray_runtime_env            patches.forward_env_to_ray_workers.<locals>.get_ppo_ray_runtime_env  driver
-6   verl.trainer.main_ppo[_v0].RayPPOTrainer                 patches.AgentGymRayPPOTrainer                                        runner
-7   verl.trainer.main_ppo[_v0].RayPPOTrainer.__init__        patches.AgentGymRayPPOTrainer.__init__                               runner
-8   verl.trainer.main_ppo[_v0].RayPPOTrainer._balance_batch  patches.AgentGymRayPPOTrainer._balance_batch                         runner
-9   verl.trainer.main_ppo[_v0].RayPPOTrainer._validate       patches.AgentGymRayPPOTrainer._validate                              runner
-10  verl.trainer.main_ppo[_v0].RayPPOTrainer.fit             patches.AgentGymRayPPOTrainer.fit                                    runner
-11  verl.trainer.ppo.ray_trainer.compute_advantage           trainer.step_aware_compute_advantage.<locals>.compute_advantage      fit
-==  =======================================================  ===================================================================  ======
+==  ========================================================  ===================================================================  ======
+#   target                                                    replacement                                                          part
+==  ========================================================  ===================================================================  ======
+1   verl.utils.torch_functional.logprobs_from_logits_v2       fast_logprobs.chunked_logprobs_from_logits                           worker
+2   verl.utils.import_utils.is_trl_available                  compat.trl_has_value_head_model                                      worker
+3   verl.models.transformers.monkey_patch.is_trl_available    compat.trl_has_value_head_model                                      worker
+4   verl.trainer.main_ppo[_v0].TaskRunner                     main_ppo.AgentGymTaskRunner                                          driver
+5   verl.trainer.main_ppo.get_ppo_ray_runtime_env             patches.forward_env_to_ray_workers.<locals>.get_ppo_ray_runtime_env  driver
+6   verl.trainer.main_ppo[_v0].RayPPOTrainer                  patches.AgentGymRayPPOTrainer                                        runner
+7   verl.trainer.main_ppo[_v0].RayPPOTrainer.__init__         patches.AgentGymRayPPOTrainer.__init__                               runner
+8   verl.trainer.main_ppo[_v0].RayPPOTrainer._balance_batch   patches.AgentGymRayPPOTrainer._balance_batch                         runner
+9   verl.trainer.main_ppo[_v0].RayPPOTrainer._validate        patches.AgentGymRayPPOTrainer._validate                              runner
+10  verl.trainer.main_ppo[_v0].RayPPOTrainer.fit              patches.AgentGymRayPPOTrainer.fit                                    runner
+11  verl.trainer.main_ppo[_v0].RayPPOTrainer._get_gen_batch   patches.AgentGymRayPPOTrainer._get_gen_batch                         runner
+12  verl.trainer.ppo.ray_trainer.compute_advantage            trainer.step_aware_compute_advantage.<locals>.compute_advantage      fit
+==  ========================================================  ===================================================================  ======
 
 Why, for which verl, and where verl's own object stays (to undo: assign it back to the target):
 
@@ -89,10 +90,11 @@ Why, for which verl, and where verl's own object stays (to undo: assign it back 
                                                                                            ``ray.init``.
 6   0.7.0, 0.9.1  verl.trainer.main_ppo[_v0]._agent_gym_original_RayPPOTrainer             ``TaskRunner.run`` builds the trainer this global
                                                                                            names; ours subclasses verl's ``RayPPOTrainer``
-                                                                                           (the legacy one in 0.9) with rows 7-10.
+                                                                                           (the legacy one in 0.9) with rows 7-11.
 7   0.7.0, 0.9.1  verl.trainer.ppo.ray_trainer.RayPPOTrainer.__init__                      After verl's: refuses what step mode cannot
                                                                                            honour (estimator, batch sizes,
-                                                                                           ``agent_gym.samples``) at start-up, forces
+                                                                                           ``agent_gym.samples``, ``agent_gym.tree``) at
+                                                                                           start-up, forces
                                                                                            ``trainer.balance_batch=True`` (row 8 is where
                                                                                            the hook lives; the user's value still decides
                                                                                            the reordering) and sets
@@ -105,9 +107,19 @@ Why, for which verl, and where verl's own object stays (to undo: assign it back 
                                                                                            mini-batches), then balances as verl does.
 9   0.7.0, 0.9.1  verl.trainer.ppo.ray_trainer.RayPPOTrainer._validate                     Adds ``val-
                                                                                            aux/<data_source>/tool_call_validity`` and
-                                                                                           ``.../episodes`` to verl's metrics.
-10  0.7.0, 0.9.1  verl.trainer.ppo.ray_trainer.RayPPOTrainer.fit                           Runs verl's ``fit`` inside part ``fit`` (row 11).
-11  0.7.0, 0.9.1  verl.trainer.ppo.ray_trainer.compute_advantage.__agent_gym_base__        ``fit`` looks ``compute_advantage`` up as a
+                                                                                           ``.../episodes`` to verl's metrics; while it
+                                                                                           runs, row 11 marks its batches.
+10  0.7.0, 0.9.1  verl.trainer.ppo.ray_trainer.RayPPOTrainer.fit                           Runs verl's ``fit`` inside part ``fit`` (row 12).
+11  0.7.0, 0.9.1  verl.trainer.ppo.ray_trainer.RayPPOTrainer._get_gen_batch                Both versions' ``_validate`` build each
+                                                                                           generation batch with it, and an agent loop gets
+                                                                                           no other sign of validation (only the batch's
+                                                                                           columns reach ``run``). In tree mode
+                                                                                           (``agent_gym.tree``) the batches built inside
+                                                                                           ``_validate`` get the column
+                                                                                           ``agent_gym_validate``, and the step-mode loop
+                                                                                           plays one episode per validation row instead of
+                                                                                           a tree. verl's result otherwise unchanged.
+12  0.7.0, 0.9.1  verl.trainer.ppo.ray_trainer.compute_advantage.__agent_gym_base__        ``fit`` looks ``compute_advantage`` up as a
                                                                                            module global; the wrapper sends expanded step
                                                                                            batches to
                                                                                            ``step_advantage.compute_step_advantage`` (which
@@ -193,8 +205,8 @@ PATCHES: tuple[Patch, ...] = (
           "driver", "verl.trainer.main_ppo._agent_gym_original_get_ppo_ray_runtime_env"),
     Patch(6, f"{_R}.RayPPOTrainer", "patches.AgentGymRayPPOTrainer", "runner", f"{_R}._agent_gym_original_RayPPOTrainer"),
     *(Patch(n, f"{_R}.RayPPOTrainer.{name}", f"patches.AgentGymRayPPOTrainer.{name}", "runner", f"{_TRAINER}.RayPPOTrainer.{name}")
-      for n, name in ((7, "__init__"), (8, "_balance_batch"), (9, "_validate"), (10, "fit"))),
-    Patch(11, f"{_TRAINER}.compute_advantage", "trainer.step_aware_compute_advantage.<locals>.compute_advantage", "fit",
+      for n, name in ((7, "__init__"), (8, "_balance_batch"), (9, "_validate"), (10, "fit"), (11, "_get_gen_batch"))),
+    Patch(12, f"{_TRAINER}.compute_advantage", "trainer.step_aware_compute_advantage.<locals>.compute_advantage", "fit",
           f"{_TRAINER}.compute_advantage.__agent_gym_base__"),
 )
 _ROW = {p.number: p for p in PATCHES}
@@ -311,7 +323,7 @@ def _install_driver() -> list[Applied]:
 
 @functools.lru_cache(maxsize=None)
 def agent_gym_trainer_class(base: type) -> type:
-    """A subclass of verl's ``RayPPOTrainer`` ``base`` with rows 7-10 (see :mod:`agent_gym_verl.trainer`)."""
+    """A subclass of verl's ``RayPPOTrainer`` ``base`` with rows 7-11 (see :mod:`agent_gym_verl.trainer`)."""
     from omegaconf import open_dict
 
     from agent_gym_verl import step_advantage as sa
@@ -327,6 +339,11 @@ def agent_gym_trainer_class(base: type) -> type:
                 sa.check_estimator(cfg.algorithm.adv_estimator, cfg.algorithm)
             ours.check_engine_batch_sizes(cfg, step_mode=self._agent_gym_step_mode)
             ours.step_sample_kind(cfg)  # a bad agent_gym.samples fails here, not in the agent-loop workers
+            # a bad agent_gym.tree too; tree mode runs the GRPO estimators only
+            self._agent_gym_tree = ours.tree_settings(cfg) is not None
+            if self._agent_gym_tree and self._agent_gym_step_mode:
+                sa.check_tree_estimator(cfg.algorithm.adv_estimator, cfg.algorithm)
+            self._agent_gym_validating = False
 
             self._agent_gym_balance = bool(cfg.trainer.get("balance_batch", True))
             with open_dict(cfg):
@@ -354,11 +371,26 @@ def agent_gym_trainer_class(base: type) -> type:
             return super()._balance_batch(batch, metrics, logging_prefix=logging_prefix, keep_minibatch=keep_minibatch)
 
         def _validate(self, *args: Any, **kwargs: Any) -> Any:
-            metrics = super()._validate(*args, **kwargs)
+            self._agent_gym_validating = True  # row 11 marks the batches this builds
+            try:
+                metrics = super()._validate(*args, **kwargs)
+            finally:
+                self._agent_gym_validating = False
             merged = kwargs.get("merged", args[0] if args else False)  # verl 0.9: raw results, metrics later
             if isinstance(metrics, dict) and not merged:
                 metrics.update(ours.validation_metrics(metrics, self._agent_gym_val_episodes()))
             return metrics
+
+        def _get_gen_batch(self, batch: Any) -> Any:
+            gen_batch = super()._get_gen_batch(batch)
+            if getattr(self, "_agent_gym_tree", False) and getattr(self, "_agent_gym_validating", False):
+                import numpy as np
+
+                from agent_gym_verl.tree import VALIDATE_KEY
+
+                # Tree mode plays one tree per training row; a validation row is one episode.
+                gen_batch.non_tensor_batch[VALIDATE_KEY] = np.ones(len(gen_batch), dtype=bool)
+            return gen_batch
 
         def _agent_gym_val_episodes(self) -> dict[str, int]:
             """Validation episodes per data source: the val dataset's rows times ``val_kwargs.n``."""
@@ -398,7 +430,7 @@ def _install_runner() -> list[Applied]:
     base = compat.ray_trainer_module().RayPPOTrainer
     trainer_cls = agent_gym_trainer_class(base)
     applied = [_replace(_ROW[6], compat.task_runner_module(), "RayPPOTrainer", trainer_cls)]
-    for number in (7, 8, 9, 10):
+    for number in (7, 8, 9, 10, 11):
         attribute = _ROW[number].target.rsplit(".", 1)[1]
         applied.append(Applied(_ROW[number], vars(trainer_cls)[attribute], getattr(base, attribute)))
     return applied
@@ -409,7 +441,7 @@ def _install_runner() -> list[Applied]:
 
 @contextlib.contextmanager
 def fit_scope() -> Iterator[list[Applied]]:
-    """Row 11 while the block runs: verl's module-level ``compute_advantage`` routes expanded step batches
+    """Row 12 while the block runs: verl's module-level ``compute_advantage`` routes expanded step batches
     to step mode; verl's function is put back when the block exits."""
     from agent_gym_verl import compat
     from agent_gym_verl.trainer import step_aware_compute_advantage
@@ -418,7 +450,7 @@ def fit_scope() -> Iterator[list[Applied]]:
     original = module.compute_advantage
     module.compute_advantage = step_aware_compute_advantage(original)
     try:
-        yield [Applied(_ROW[11], module.compute_advantage, original)]
+        yield [Applied(_ROW[12], module.compute_advantage, original)]
     finally:
         module.compute_advantage = original
 

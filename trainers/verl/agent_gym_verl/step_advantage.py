@@ -15,10 +15,13 @@ Batch expansion (:func:`expand_step_batch`)
     expansion turns each sample into one row: prompt left-padded, response right-padded,
     ``rollout_log_probs`` when the rollout recorded them. Every other
     per-row field (uid, data_source, extra_info, ...) is copied to each of the trajectory's steps, and
-    three fields are added: ``agent_gym_traj`` (trajectory id), ``agent_gym_step`` (0-based step
-    index) and ``agent_gym_num_steps``. Tensors are padded only to the batch's longest step prompt
-    and longest step response (not to ``rollout.prompt_length``/``response_length``); the padding
-    fraction is reported. Rows without steps (concat-mode rows) pass through as one sample each. A
+    three fields are added: ``agent_gym_traj`` (trajectory id, numbered in batch order), ``agent_gym_step``
+    (0-based sample index within the trajectory) and ``agent_gym_num_steps``. A tree row (tree mode,
+    :mod:`agent_gym_verl.tree`) carries the samples of several trajectories: each gets its own
+    ``agent_gym_traj``, and the rows get ``agent_gym_tree`` (the tree's source row) and the per-id tree
+    advantages and root-prefix flags the agent loop computed. Tensors are padded only to the batch's
+    longest step prompt and longest step response (not to ``rollout.prompt_length``/``response_length``);
+    the padding fraction is reported. Rows without steps (concat-mode rows) pass through as one sample each. A
     few padding rows (copies with an all-zero ``response_mask``, flagged ``agent_gym_is_pad``) make
     the row count divisible by the data-parallel size; they carry no loss.
 
@@ -36,6 +39,13 @@ Advantages (:func:`compute_step_advantage`)
     - GAE runs over the trajectory's policy tokens with each step's value estimates (critic needed);
     - REMAX and GDPO are rejected, and so is any estimator this module does not know (an estimator
       added to verl's ``AdvantageEstimator`` enum later is rejected at start-up, never run silently).
+
+    Tree rows are the exception (:mod:`agent_gym_verl.tree` has the formula): a policy id at or after a
+    branch point gets the per-state GRPO advantage of its step
+    (:func:`agent_gym.rollout.tree.tree_advantages`, carried by the agent loop), and the root's ids before
+    its first branch point verl's GRPO over the prompt's trees, each tree one member with its value (the
+    mean return of its leaves) as score, computed here with verl's ``compute_advantage`` on a view of one
+    row per tree. Tree mode runs ``grpo`` and ``grpo_vectorized`` only (:func:`check_tree_estimator`).
 """
 
 from __future__ import annotations
@@ -48,6 +58,7 @@ import numpy as np
 import torch
 
 from agent_gym_verl import compat
+from agent_gym_verl import tree as tree_mode
 from agent_gym_verl.agent_loop import STEPS_KEY
 
 __all__ = [
@@ -56,6 +67,11 @@ __all__ = [
     "STEP_KEY",
     "NUM_STEPS_KEY",
     "PAD_KEY",
+    "TREE_KEY",
+    "TREE_ADV_KEY",
+    "TREE_ROOT_KEY",
+    "TREE_ESTIMATORS",
+    "check_tree_estimator",
     "SUPPORTED_ESTIMATORS",
     "REJECTED_ESTIMATORS",
     "StepModeError",
@@ -73,6 +89,14 @@ TRAJ_KEY = "agent_gym_traj"
 STEP_KEY = "agent_gym_step"
 NUM_STEPS_KEY = "agent_gym_num_steps"
 PAD_KEY = "agent_gym_is_pad"
+#: Tree mode (:mod:`agent_gym_verl.tree`), columns of an expanded batch with tree rows: the tree (its
+#: source row; -1 on other rows and pad rows), and per row its samples' per-response-id tree advantages and
+#: root-prefix flags (object arrays; ``None`` off trees). :func:`compute_step_advantage` removes the last two.
+TREE_KEY = "agent_gym_tree"
+TREE_ADV_KEY = "agent_gym_tree_adv"
+TREE_ROOT_KEY = "agent_gym_tree_root_prefix"
+#: The estimators tree mode runs (per-state GRPO groups, and verl's GRPO across the prompt's trees).
+TREE_ESTIMATORS: frozenset[str] = frozenset({"grpo", "grpo_vectorized"})
 
 #: Estimators step mode runs on the trajectory view (their values in verl's enum).
 SUPPORTED_ESTIMATORS: frozenset[str] = frozenset(
@@ -151,6 +175,42 @@ def check_estimator(name: Any, algo_config: Any = None) -> str:
         )
     if value == "gae" and algo_config is not None and _cfg_get(algo_config, "use_pf_ppo", False):
         raise StepModeError("step mode: algorithm.use_pf_ppo re-samples rows, which would split trajectories; turn it off")
+    return value
+
+
+def check_tree_estimator(name: Any, algo_config: Any = None, *, norm_adv_by_std_in_grpo: bool | None = None) -> str:
+    """Raise :class:`StepModeError` unless tree mode (:mod:`agent_gym_verl.tree`) can run these settings:
+    a GRPO estimator (:data:`TREE_ESTIMATORS`), ``norm_adv_by_std_in_grpo`` on and ``use_kl_in_reward`` off.
+
+    Args:
+        name: ``algorithm.adv_estimator``.
+        algo_config: ``algorithm`` (read: ``norm_adv_by_std_in_grpo``, ``use_kl_in_reward``).
+        norm_adv_by_std_in_grpo: the value verl passes to ``compute_advantage`` (wins over the config's).
+
+    Returns:
+        The estimator's name.
+    """
+    value = name.value if hasattr(name, "value") else str(name)
+    if value not in TREE_ESTIMATORS:
+        raise StepModeError(
+            f"tree mode (agent_gym.tree) computes per-state GRPO advantages, so it runs "
+            f"algorithm.adv_estimator={' or '.join(sorted(TREE_ESTIMATORS))}, not {value!r}; set "
+            "algorithm.adv_estimator=grpo, or drop agent_gym.tree to train flat episodes with this estimator"
+        )
+    norm = norm_adv_by_std_in_grpo
+    if norm is None and algo_config is not None:
+        norm = _cfg_get(algo_config, "norm_adv_by_std_in_grpo", True)
+    if norm is False:
+        raise StepModeError(
+            "tree mode (agent_gym.tree): its per-state groups are normalised by their standard deviation "
+            "(agent_gym.rollout.tree.tree_advantages), so algorithm.norm_adv_by_std_in_grpo=False is not "
+            "supported; set it to True or drop agent_gym.tree"
+        )
+    if algo_config is not None and _cfg_get(algo_config, "use_kl_in_reward", False):
+        raise StepModeError(
+            "tree mode (agent_gym.tree) compares env returns, so algorithm.use_kl_in_reward=True would be "
+            "ignored; set it to False and use actor_rollout_ref.actor.use_kl_loss=True for a KL term"
+        )
     return value
 
 
@@ -253,34 +313,69 @@ class _SampleRows:
 
     samples: list[dict[str, Any]] = field(default_factory=list)
     src: list[int] = field(default_factory=list)  # the trajectory row whose other fields the sample gets
-    traj: list[int] = field(default_factory=list)  # trajectory id: the source row, negative on pad rows
+    # trajectory id: numbered from 0 in batch order (the source row when every row is one trajectory),
+    # negative on pad rows
+    traj: list[int] = field(default_factory=list)
     step: list[int] = field(default_factory=list)  # 0-based sample index within its trajectory
     num_steps: list[int] = field(default_factory=list)  # samples in its trajectory
+    tree: list[int] = field(default_factory=list)  # tree rows: the source row (the tree); -1 otherwise
+    tree_adv: list[np.ndarray | None] = field(default_factory=list)  # tree rows: per-response-id advantages
+    tree_root: list[np.ndarray | None] = field(default_factory=list)  # tree rows: per-response-id root-prefix flags
     n_real: int = 0  # rows before the pad rows
 
-    def add(self, sample: dict[str, Any], *, src: int, traj: int, step: int, num_steps: int) -> None:
+    def add(
+        self, sample: dict[str, Any], *, src: int, traj: int, step: int, num_steps: int, carried: dict[str, Any] | None = None
+    ) -> None:
+        """Append a row: ``sample`` (packed later), its source row, trajectory, step and step count, and
+        from ``carried`` (the sample as the agent loop carried it) a tree sample's advantages and flags."""
         self.samples.append(sample)
         self.src.append(src)
         self.traj.append(traj)
         self.step.append(step)
         self.num_steps.append(num_steps)
+        if carried is not None and tree_mode.SAMPLE_ADVANTAGES in carried:
+            self.tree.append(src)
+            self.tree_adv.append(np.asarray(carried[tree_mode.SAMPLE_ADVANTAGES], dtype=np.float32))
+            self.tree_root.append(np.asarray(carried[tree_mode.SAMPLE_ROOT_PREFIX], dtype=bool))
+        else:
+            self.tree.append(-1)
+            self.tree_adv.append(None)
+            self.tree_root.append(None)
 
     @property
     def n_pad(self) -> int:
         return len(self.samples) - self.n_real
 
+    @property
+    def has_trees(self) -> bool:
+        return any(t >= 0 for t in self.tree)
+
+
+def _trajectories_of(steps: Any) -> list[list[dict[str, Any]]]:
+    """A row's carried samples grouped by trajectory, in order: one group, or a tree's trajectories."""
+    groups: OrderedDict[Any, list[dict[str, Any]]] = OrderedDict()
+    tree = tree_mode.SAMPLE_ADVANTAGES in steps[0]
+    for step in steps:
+        groups.setdefault(step.get("trajectory_id") if tree else None, []).append(step)
+    return list(groups.values())
+
 
 def _sample_rows(batch: Any) -> _SampleRows:
-    """The batch's samples in row order: a step-mode row's carried samples, any other row as one sample."""
+    """The batch's samples in row order: a step-mode row's carried samples (a tree row's trajectory by
+    trajectory), any other row as one sample."""
     steps_col = batch.non_tensor_batch.get(STEPS_KEY)
     rows = _SampleRows()
+    traj = 0
     for i in range(len(batch)):
         steps = None if steps_col is None else steps_col[i]
         if steps is not None and len(steps) > 0:
-            for k, step in enumerate(steps):
-                rows.add(_step_sample(step), src=i, traj=i, step=k, num_steps=len(steps))
+            for group in _trajectories_of(steps):
+                for k, step in enumerate(group):
+                    rows.add(_step_sample(step), src=i, traj=traj, step=k, num_steps=len(group), carried=step)
+                traj += 1
         else:
-            rows.add(_row_sample(batch, i), src=i, traj=i, step=0, num_steps=1)
+            rows.add(_row_sample(batch, i), src=i, traj=traj, step=0, num_steps=1)
+            traj += 1
     rows.n_real = len(rows.samples)
     return rows
 
@@ -290,7 +385,8 @@ def _add_pad_rows(rows: _SampleRows, pad_to_multiple: int) -> None:
     samples = rows.samples
     n_real = rows.n_real
     for k in range((-n_real) % max(1, int(pad_to_multiple))):
-        # The shortest real sample, fully masked: a valid forward pass that carries no loss.
+        # The shortest real sample, fully masked: a valid forward pass that carries no loss (nor any
+        # tree advantage: the pad rows are left out of every group).
         j = min(range(n_real), key=lambda s: len(samples[s]["prompt"]) + len(samples[s]["response"]))
         pad = dict(samples[j])
         pad["mask"] = [0] * len(pad["response"])
@@ -367,6 +463,12 @@ def _expanded_non_tensors(batch: Any, rows: _SampleRows) -> dict[str, np.ndarray
     non_tensor[STEP_KEY] = np.asarray(rows.step, dtype=np.int64)
     non_tensor[NUM_STEPS_KEY] = np.asarray(rows.num_steps, dtype=np.int64)
     non_tensor[PAD_KEY] = np.asarray([False] * n_real + [True] * n_pad, dtype=bool)
+    if rows.has_trees:
+        non_tensor[TREE_KEY] = np.asarray(rows.tree, dtype=np.int64)
+        for key, values in ((TREE_ADV_KEY, rows.tree_adv), (TREE_ROOT_KEY, rows.tree_root)):
+            column = np.empty(len(values), dtype=object)
+            column[:] = values
+            non_tensor[key] = column
     if "uid" in non_tensor and n_pad:
         uid = non_tensor["uid"].copy()
         uid[n_real:] = [f"__agent_gym_pad_{k}__" for k in range(n_pad)]
@@ -383,9 +485,12 @@ def _expansion_metrics(batch: Any, rows: _SampleRows, packed: _Packed) -> dict[s
     slots = len(rows.samples) * (p_len + r_len)
     real_tokens = int(packed.tensors["attention_mask"][:n_real].sum())
     fixed_slots = n_real * (int(b["prompts"].shape[1]) + int(b["responses"].shape[1]))
-    traj_steps = [len(s) for s in steps_col if s is not None and len(s) > 0] if steps_col is not None else []
+    # samples per trajectory of the step-mode rows (a tree row holds several trajectories)
+    carried = {t: n for t, n, src in zip(rows.traj[:n_real], rows.num_steps[:n_real], rows.src[:n_real])
+               if steps_col is not None and steps_col[src] is not None and len(steps_col[src]) > 0}
+    traj_steps = list(carried.values())
     return {
-        "agent_gym/step/trajectories": float(len(batch)),
+        "agent_gym/step/trajectories": float(len(set(rows.traj[:n_real]))),
         "agent_gym/step/samples": float(n_real),
         "agent_gym/step/pad_rows": float(rows.n_pad),
         "agent_gym/step/prompt_width": float(p_len),
@@ -496,6 +601,49 @@ def _advantages_on_rows(
     return advantages, returns
 
 
+def _tree_advantages(
+    data: Any,
+    rows: list[int],
+    *,
+    adv_estimator: Any,
+    base: Callable[..., Any],
+    gamma: float,
+    lam: float,
+    num_repeat: int,
+    norm_adv_by_std_in_grpo: bool,
+    config: Any,
+    advantages: torch.Tensor,
+) -> None:
+    """Tree rows' advantages into ``advantages`` (see :mod:`agent_gym_verl.tree`): each policy id's
+    per-state advantage as the agent loop computed it, and on the root-prefix ids verl's GRPO over the
+    prompt's trees (one member per tree, score = the tree's value ``V(T)``)."""
+    nt = data.non_tensor_batch
+    mask = data.batch["response_mask"]
+    tree = nt[TREE_KEY]
+    values = nt.get(tree_mode.VALUE_KEY)
+    if values is None:
+        raise StepModeError(f"tree rows without their tree's value ({tree_mode.VALUE_KEY}): rows of another agent loop?")
+    order: OrderedDict[int, int] = OrderedDict()  # tree -> its first row
+    for row in rows:
+        order.setdefault(int(tree[row]), row)
+    view = compat.DataProto.from_dict(
+        tensors={
+            "token_level_rewards": torch.tensor([[float(values[r])] for r in order.values()], dtype=torch.float32),
+            "response_mask": torch.ones((len(order), 1), dtype=mask.dtype),
+        },
+        non_tensors={"uid": np.asarray([nt["uid"][r] for r in order.values()], dtype=object)},
+    )
+    view = base(view, adv_estimator=adv_estimator, gamma=gamma, lam=lam, num_repeat=num_repeat,
+                norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo, config=config)
+    root = {t: float(view.batch["advantages"][i, 0]) for i, t in enumerate(order)}
+    for row in rows:
+        adv = torch.as_tensor(np.asarray(nt[TREE_ADV_KEY][row], dtype=np.float32))
+        prefix = torch.as_tensor(np.asarray(nt[TREE_ROOT_KEY][row], dtype=bool))
+        width = len(adv)
+        adv = torch.where(prefix, torch.tensor(root[int(tree[row])], dtype=adv.dtype), adv)
+        advantages[row, :width] = adv * (mask[row, :width] > 0)
+
+
 def compute_step_advantage(
     data: Any,
     adv_estimator: Any,
@@ -507,41 +655,64 @@ def compute_step_advantage(
     *,
     base_compute_advantage: Callable[..., Any] | None = None,
 ) -> Any:
-    """Trajectory-aware advantages for an expanded step batch (see the module docstring).
+    """Trajectory-aware advantages for an expanded step batch (see the module docstring); tree rows
+    (:mod:`agent_gym_verl.tree`) get their tree advantages.
 
     Same signature as verl's ``ray_trainer.compute_advantage``; ``base_compute_advantage`` is verl's
     function (it runs on the trajectory view), default: the one in ``verl.trainer.ppo.ray_trainer``.
     Writes ``advantages`` and ``returns`` into ``data.batch`` and returns ``data``.
+
+    Raises:
+        StepModeError: an estimator step mode (or, with tree rows, tree mode) does not support, or a batch
+            without the trainer's ``uid``.
     """
     name = check_estimator(adv_estimator, config)
+    nt = data.non_tensor_batch
+    tree = nt.get(TREE_KEY)
+    pad = nt.get(PAD_KEY, np.zeros(len(data), dtype=bool))
+    n = data.batch["response_mask"].shape[0]
+    tree_rows = [] if tree is None else [r for r in range(n) if int(tree[r]) >= 0 and not pad[r]]
+    if tree_rows:
+        check_tree_estimator(name, config, norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo)
     base = base_compute_advantage or compat.ray_trainer_module().compute_advantage
     b = data.batch
-    nt = data.non_tensor_batch
     mask = b["response_mask"]
     rewards = b["token_level_rewards"]
-    n = mask.shape[0]
     traj = nt[TRAJ_KEY]
     steps = nt[STEP_KEY]
-    pad = nt.get(PAD_KEY, np.zeros(n, dtype=bool))
     uid = nt.get("uid")
     if uid is None:
         raise StepModeError("step mode needs the trainer's per-prompt 'uid' to group trajectories")
 
-    order = _trajectory_rows(traj, steps, pad, n)
-    positions = [_policy_positions(mask, rows) for _, rows in order]
-    view = base(
-        _trajectory_view(b, order, positions, uid),
-        adv_estimator=adv_estimator,
-        gamma=gamma,
-        lam=lam,
-        num_repeat=num_repeat,
-        norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
-        config=config,
-    )
-    advantages, returns = _advantages_on_rows(view, positions, rewards)
+    advantages = torch.zeros_like(rewards, dtype=torch.float32)
+    returns = torch.zeros_like(rewards, dtype=torch.float32)
+    skip = np.asarray(pad, dtype=bool).copy()
+    skip[tree_rows] = True
+    order = _trajectory_rows(traj, steps, skip, n)
+    if order:
+        positions = [_policy_positions(mask, rows) for _, rows in order]
+        view = base(
+            _trajectory_view(b, order, positions, uid),
+            adv_estimator=adv_estimator,
+            gamma=gamma,
+            lam=lam,
+            num_repeat=num_repeat,
+            norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
+            config=config,
+        )
+        advantages, returns = _advantages_on_rows(view, positions, rewards)
+    if tree_rows:
+        _tree_advantages(data, tree_rows, adv_estimator=adv_estimator, base=base, gamma=gamma, lam=lam,
+                         num_repeat=num_repeat, norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo, config=config,
+                         advantages=advantages)
+        returns[tree_rows] = advantages[tree_rows]
+    for key in (TREE_ADV_KEY, TREE_ROOT_KEY):  # per-token arrays the update has no use for
+        nt.pop(key, None)
     b["advantages"] = advantages
     b["returns"] = returns
     data.meta_info.setdefault("agent_gym", {})["adv_estimator"] = name
+    if tree_rows:
+        data.meta_info["agent_gym"]["tree"] = True
     return data
 
 
@@ -580,6 +751,15 @@ def trajectory_metrics(batch: Any) -> dict[str, float]:
         value = mean(key)
         if value is not None:
             metrics[f"agent_gym/{name}/mean"] = value
+    for key, name in (
+        (tree_mode.TRAJECTORIES_KEY, "trajectories"),
+        (tree_mode.GENERATED_STEPS_KEY, "generated_steps"),
+        (tree_mode.FLAT_STEPS_KEY, "flat_steps"),
+        (tree_mode.VALUE_KEY, "value"),
+    ):
+        value = mean(key)
+        if value is not None:  # tree mode: per tree
+            metrics[f"agent_gym/tree/{name}/mean"] = value
     validity = tool_call_validity(metrics.get("agent_gym/tool_calls_valid/mean"), metrics.get("agent_gym/tool_calls_answered/mean"))
     if validity is not None:
         metrics["agent_gym/tool_call_validity"] = validity

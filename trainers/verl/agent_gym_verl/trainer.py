@@ -1,6 +1,6 @@
 """The small trainer extension step mode needs, without forking verl's trainer.
 
-:func:`agent_gym_trainer_class` (defined in :mod:`agent_gym_verl.patches`, rows 6-11 of its tables, with
+:func:`agent_gym_trainer_class` (defined in :mod:`agent_gym_verl.patches`, rows 6-12 of its tables, with
 the helpers here) subclasses verl's legacy ``RayPPOTrainer`` (0.7.x, and 0.9.x with
 ``trainer.use_v1=False``) and touches two seams that both versions share:
 
@@ -20,7 +20,13 @@ the helpers here) subclasses verl's legacy ``RayPPOTrainer`` (0.7.x, and 0.9.x w
    ``fit`` returns.
 
 At construction the trainer checks the settings step mode cannot honour (the advantage estimator,
-enumerated from verl's enum at run time) so that a bad run fails at start-up.
+enumerated from verl's enum at run time; ``agent_gym.samples``; ``agent_gym.tree`` and, in tree mode, the
+GRPO settings :func:`agent_gym_verl.step_advantage.check_tree_estimator` requires) so that a bad run fails
+at start-up.
+
+Tree mode (``agent_gym.tree``, :mod:`agent_gym_verl.tree`): the batches ``_validate`` builds (through
+``_get_gen_batch``, row 11) carry the column ``agent_gym_validate``, so that the step-mode loop plays one
+episode per validation row; training rows are trees, expanded and given their advantages as above.
 
 Validation (``_validate``, both verl versions) gets two metrics per data source on top of verl's own:
 ``val-aux/<data_source>/tool_call_validity`` (the answered tool calls that parsed and ran, as a fraction
@@ -48,6 +54,7 @@ __all__ = [
     "step_aware_compute_advantage",
     "dataset_uses_step_mode",
     "step_sample_kind",
+    "tree_settings",
     "validation_metrics",
     "STEP_AGENT_NAME",
 ]
@@ -66,6 +73,14 @@ def step_sample_kind(cfg: Any) -> str:
     if kind not in SAMPLE_KINDS:
         raise ValueError(f"agent_gym.samples must be one of {', '.join(SAMPLE_KINDS)}, got {kind!r}")
     return kind
+
+
+def tree_settings(cfg: Any) -> Any:
+    """``agent_gym.tree`` of a run's config as a :class:`agent_gym_verl.tree.TreeConfig` (``None``: tree
+    mode off); raises ``ValueError`` for an unknown key or a bad value."""
+    from agent_gym_verl.tree import tree_config
+
+    return tree_config(cfg.get(STEP_TRAINER_FLAG, None))
 
 
 def dataset_uses_step_mode(dataset: Any, default_agent_loop: str | None = None) -> bool:
