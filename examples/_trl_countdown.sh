@@ -5,6 +5,8 @@
 #   EXPORT_COMMAND        the command that writes MODEL_PATH (printed when it is missing)
 #   ENV_ARGS              env arguments, for training and evaluation alike (--env-kwarg KEY=VALUE ...)
 #   BATCH_ARGS            how a generation batch of 32 tasks x 8 episodes is cut (train_trl.py options)
+#   TRAIN_ARGS            (optional) further train_trl.py options of the recipe; arguments given to the
+#                         script come after them, so they win
 #   TITLE                 the plot's title
 # What it does, in RUN_DIR:
 #   1. eval_start.json: greedy accuracy of MODEL_PATH on the first EVAL_EPISODES easy test tasks (the tasks of
@@ -25,6 +27,7 @@
 set -euo pipefail
 
 STEPS=${STEPS:-20}
+TRAIN_ARGS=(${TRAIN_ARGS[@]+"${TRAIN_ARGS[@]}"})
 TASKS=${TASKS:-4096}
 EVAL_EPISODES=${EVAL_EPISODES:-256}
 GPU_MEM=${GPU_MEM:-0.3}
@@ -50,7 +53,7 @@ python3 examples/train_trl.py AgentR1/Countdown-v0 "${ENV_ARGS[@]}" --split trai
   --model "$MODEL_PATH" --use-vllm --vllm-mode colocate --vllm-gpu-memory-utilization "$GPU_MEM" --bf16 \
   "${BATCH_ARGS[@]}" --num-generations 8 --max-completion-length 128 \
   --lr 1e-5 --beta 0 --temperature 1.0 --steps "$STEPS" \
-  --metrics-csv "$RUN_DIR/metrics.csv" --log-jsonl "$RUN_DIR/trl_logs.jsonl" --output-dir "$RUN_DIR/model" --save "$@" \
+  --metrics-csv "$RUN_DIR/metrics.csv" --log-jsonl "$RUN_DIR/trl_logs.jsonl" --output-dir "$RUN_DIR/model" --save ${TRAIN_ARGS[@]+"${TRAIN_ARGS[@]}"} "$@" \
   2>&1 | tee "$RUN_DIR/train.log"
 evaluate "$RUN_DIR/model" eval_end
 python3 examples/compare_evals.py "$RUN_DIR/eval_start.jsonl" "$RUN_DIR/eval_end.jsonl" --csv "$RUN_DIR/heldout_per_task.csv"
