@@ -16,6 +16,11 @@ With `--tree WIDTH` each task is one tree of episodes instead (`agent_gym.rollou
 episode branches `WIDTH` ways at every step (env snapshots, the shared prefix generated once) up to
 `--group` leaves, and each generated action gets its per-state advantage (`tree_advantages`: the
 continuations from one state form the group); a single-turn env's tree is a flat group of `WIDTH`.
+The branches play in envs of one `EnvPool`, made in the first iteration and reused by every later one.
+
+The CSV's `tokens` column (and the progress bar) counts the action tokens the policy generated in the
+iteration, `tokens_total` those of the run so far: a tree generates a shared prefix once, so tree and
+flat runs are compared at equal `tokens_total`, not at equal iterations.
 """
 
 from __future__ import annotations
@@ -44,9 +49,10 @@ from agent_gym.models import load_causal_lm, load_tokenizer
 from agent_gym.rollout import Generation, play_episode
 from agent_gym.rollout.async_runner import run_sync
 from agent_gym.rollout.batcher import Batcher
+from agent_gym.rollout.pool import EnvPool, PoolKey
 from agent_gym.rollout.tree import TreeStats, play_tree, tree_advantages
 
-COLUMNS = ["iteration", "mean_reward", "accuracy", "loss", "tokens", "seconds", "greedy_accuracy", "greedy_se"]
+COLUMNS = ["iteration", "mean_reward", "accuracy", "loss", "tokens", "tokens_total", "seconds", "greedy_accuracy", "greedy_se"]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -125,11 +131,45 @@ def play(model, envs, resets, eot, pad, greedy, max_new):
     ]
 
 
-def play_trees(generate_batch, envs, resets, width: int, leaves: int):
+def branch_pool(tokenizer, trees: int, leaves: int) -> EnvPool:
+    """The pool the branches of `trees` concurrent trees of at most `leaves` leaves play in: a tree plays
+    at most `leaves - 1` branches at once (its root plays in the caller's env), so keeping that many idle
+    envs per tree means no iteration after the first makes an env."""
+    return EnvPool(tokenizer, max_idle=trees * max(leaves - 1, 1))
+
+
+def play_trees(generate_batch, envs, resets, width: int, leaves: int, pool: EnvPool | None = None):
     """One tree per env (`play_tree`, branching `width` ways at every step, at most `leaves` leaves), all
     trees at once, their turns batched as they come. Returns per tree: its trajectories, the training
     turns ((prompt ids, action ids), advantage) of every generated step with a nonzero advantage (a step
-    a branch shares with its parent is trained once, in the parent), and its `TreeStats`."""
+    a branch shares with its parent is trained once, in the parent), and its `TreeStats`.
+
+    Each branch plays in an env of `pool` (envs of the root's id and arguments), given back to it when the
+    branch ends and closed if the branch raised (its state is unknown). Without `pool`, one made here and
+    closed on return: pass the run's pool so that later calls reuse its envs instead of making new ones."""
+    own = pool is None
+    if pool is None:
+        pool = branch_pool(None, len(envs), leaves)
+    leased: dict[int, PoolKey] = {}  # id(env) -> its key, for the release
+
+    def env_source(env):
+        spec = env.unwrapped.spec  # the root's gym.make arguments: a branch env must be interchangeable
+        kwargs = dict(spec.kwargs)
+        tokenizer = kwargs.pop("tokenizer", None)
+
+        def make_env():
+            key, branch = pool.acquire(spec.id, kwargs, tokenizer=tokenizer)
+            leased[id(branch)] = key
+            return branch
+
+        return make_env
+
+    def release_env(env, played: bool) -> None:
+        key = leased.pop(id(env))
+        if played:
+            pool.release(key, env)
+        else:
+            env.close()
 
     async def trees():
         batcher = Batcher(generate_batch, max_wait_s=0.05)  # branches appear and end: no fixed rounds
@@ -140,6 +180,7 @@ def play_trees(generate_batch, envs, resets, width: int, leaves: int):
             stats = TreeStats()
             try:
                 tree = await play_tree(envs[i], batcher.generate, width=width, branch_at="every", max_leaves=leaves,
+                                       make_env=env_source(envs[i]), release_env=release_env,
                                        seed=resets[i].get("seed"), task_id=resets[i].get("task_id"), stats=stats)
             finally:
                 batcher.finished()
@@ -150,8 +191,13 @@ def play_trees(generate_batch, envs, resets, width: int, leaves: int):
         finally:
             runner.cancel()
 
+    try:
+        played = run_sync(trees)
+    finally:
+        if own:
+            pool.close()
     out = []
-    for tree, stats in run_sync(trees):
+    for tree, stats in played:
         advantages = tree_advantages(tree)
         turns = [((s.prompt_ids, s.response_ids), a) for t in tree for s, a in zip(t.steps, advantages[t.id]) if a]
         out.append((tree, turns, stats))
@@ -201,8 +247,24 @@ def main(argv: list[str] | None = None):
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     tok, model = load_tokenizer(args.model), load_causal_lm(args.model, dtype=torch.float32).to(args.device)
-    envs = [gym.make(args.env_id, tokenizer=tok, **args.kwargs) for _ in range(args.prompts * (1 if args.tree else args.group))]
-    eval_envs = [gym.make(args.env_id, tokenizer=tok, **{**args.kwargs, "split": "test"}) for _ in range(args.eval_tasks)]
+    envs: list = []
+    eval_envs: list = []
+    # --tree: one pool for the run, so the branches of every iteration after the first reuse its envs
+    # instead of each making (and building the task source of) a fresh one
+    pool = branch_pool(tok, args.prompts, args.group) if args.tree else None
+    try:
+        envs += [gym.make(args.env_id, tokenizer=tok, **args.kwargs) for _ in range(args.prompts * (1 if args.tree else args.group))]
+        eval_envs += [gym.make(args.env_id, tokenizer=tok, **{**args.kwargs, "split": "test"}) for _ in range(args.eval_tasks)]
+        return model, train(args, tok, model, envs, eval_envs, pool)
+    finally:  # also when training raised: a branch that failed closed its own env, the idle ones are here
+        if pool is not None:
+            pool.close()
+        for env in envs + eval_envs:
+            env.close()
+
+
+def train(args: argparse.Namespace, tok, model, envs: list, eval_envs: list, pool: EnvPool | None) -> list[dict]:
+    """The training loop of `main` (its envs made, and closed by `main` afterwards); returns the CSV rows."""
     eot = list(envs[0].unwrapped.template.end_of_turn_ids)
     pad = tok.pad_token_id if tok.pad_token_id is not None else eot[0]
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
@@ -211,18 +273,19 @@ def main(argv: list[str] | None = None):
     rows = [{**blank, "iteration": 0, **dict(zip(["greedy_accuracy", "greedy_se"], evaluate(model, eval_envs, eot, pad, args.max_new_tokens)))}] if eval_envs else []
     if rows:
         print(f"greedy accuracy before training: {rows[0]['greedy_accuracy']:.3f} ± {rows[0]['greedy_se']:.3f} ({len(eval_envs)} test tasks)")
+    total = 0  # action tokens generated so far: the x axis on which tree and flat runs compare
     bar = tqdm(range(1, args.iterations + 1), desc="reinforce")
     for it in bar:
         start = time.time()
         if args.tree:
             resets = [{"seed": args.seed * 1_000_003 + it * args.prompts + p} for p in range(args.prompts)]
             trees = play_trees(lambda prompts: [Generation(ids, None, "stop") for ids in generate(model, prompts, eot, pad, False, args.max_new_tokens)],
-                               envs, resets, args.tree, args.group)
+                               envs, resets, args.tree, args.group, pool=pool)
             leaves = [t for tree, _, _ in trees for t in tree]
             episodes = [[t.return_, bool(t.final_info.get("correct", False)), []] for t in leaves]
             seqs = [turn for _, turns, _ in trees for turn in turns]
             r = torch.tensor([e[0] for e in episodes])
-            generated = sum(stats.generated_tokens for _, _, stats in trees)
+            generated = sum(stats.generated_tokens for _, _, stats in trees)  # a shared prefix counts once
         else:
             resets = [{"seed": args.seed * 1_000_003 + it * args.prompts + p} for p in range(args.prompts) for _ in range(args.group)]
             episodes = play(model, envs, resets, eot, pad, False, args.max_new_tokens)
@@ -230,6 +293,7 @@ def main(argv: list[str] | None = None):
             adv = torch.nan_to_num(((r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-4)).flatten())  # G=1: 0
             seqs = [(turn, float(adv[i])) for i, e in enumerate(episodes) for turn in e[2] if adv[i] != 0]
             generated = sum(len(a) for e in episodes for _, a in e[2])
+        total += generated
         opt.zero_grad()
         loss_total = 0.0
         for b in range(0, len(seqs), 8):  # micro-batches keep the (batch, length, vocab) logits small
@@ -241,20 +305,21 @@ def main(argv: list[str] | None = None):
         opt.step()
         row = {**blank, "iteration": it, "mean_reward": round(r.mean().item(), 4),
                "accuracy": round(sum(e[1] for e in episodes) / len(episodes), 4), "loss": round(loss_total, 6),
-               "tokens": generated, "seconds": round(time.time() - start, 2)}
+               "tokens": generated, "tokens_total": total, "seconds": round(time.time() - start, 2)}
         if eval_envs and (it == args.iterations or (args.eval_every and it % args.eval_every == 0)):
             row["greedy_accuracy"], row["greedy_se"] = evaluate(model, eval_envs, eot, pad, args.max_new_tokens)
             tqdm.write(f"iteration {it}: greedy accuracy {row['greedy_accuracy']:.3f} ± {row['greedy_se']:.3f}")
         rows.append(row)
-        train = [x["mean_reward"] for x in rows if x["mean_reward"] != ""]
-        bar.set_postfix(reward=row["mean_reward"], last10=round(sum(train[-10:]) / len(train[-10:]), 3))
+        rewards = [x["mean_reward"] for x in rows if x["mean_reward"] != ""]
+        bar.set_postfix(reward=row["mean_reward"], last10=round(sum(rewards[-10:]) / len(rewards[-10:]), 3),
+                        tokens=generated, tokens_total=total)
         with open(args.csv, "w", newline="") as fh:  # rewritten each iteration: a killed run keeps its rows
             writer = csv.DictWriter(fh, COLUMNS)
             writer.writeheader()
             writer.writerows(rows)
     if args.png:
         plot(rows, args.png, f"REINFORCE on {args.env_id} {args.kwargs or ''}, {args.model}")
-    return model, rows
+    return rows
 
 
 if __name__ == "__main__":
