@@ -1,25 +1,37 @@
-"""Supervised tool-use warm start for AgentR1/GSM8KTool-v0, from GSM8K's own calculator annotations.
+"""Supervised tool-use warm start from demonstrations played through the env itself.
 
-    python examples/sft_warmstart_gsm8k_tool.py --out ~/models/smollm2-135m-gsm8k-tool-sft \\
-        [--model PATH] [--limit 2000] [--epochs 1] [--batch-size 16] [--lr 5e-5]
+    python examples/sft_warmstart.py --out ~/models/smollm2-135m-gsm8k-tool-sft \\
+        [--env AgentR1/GSM8KTool-v0] [--model PATH] [--limit 2000] [--epochs 1] [--batch-size 16] [--lr 5e-5]
+    python examples/sft_warmstart.py --env AgentR1/SearchQA-v0 --env-kwarg difficulty=medium \\
+        --out ~/models/smollm2-135m-searchqa-sft --limit 2000 --lora-rank 16 --lr 5e-4
 
-Small instruction models (SmolLM2-135M-Instruct: 0 calls in 1,024 episodes) never call the
-calculator, so an RL run on GSM8KTool-v0 sees only single-turn episodes. This script builds
-demonstrations from the training split (``agent_gym_gsm8k.demonstrations.calculator_turns``: each
-``<<48/2=24>>`` annotation becomes a ``calculate`` call, the answer closes), plays each one through the
-env itself (so the tool replies are the env's own calculator output and the prompt is the env's prompt,
-token for token), keeps the episodes that end correct with no tool error, and fine-tunes the model on
-them with the loss on the assistant's tokens only (``Trajectory.token_sequence``'s action mask). The
-result is an ordinary Hugging Face folder for ``MODEL_PATH=`` of ``run_smollm2-135m_gsm8k_tool.sh``.
+Small instruction models never use the tools well from the instructions alone (SmolLM2-135M-Instruct:
+0 calculator calls in 1,024 GSM8KTool episodes; on SearchQA it searches for the prompt's example name
+and never answers), so an RL run from them sees no reward to learn from. This script writes a
+demonstration for each of ``--limit`` training tasks, from ``--offset``, with the env package's own
+demonstrations module:
 
-Defaults run on a laptop CPU for a smoke test (``--limit 16 --max-steps 2``); the real warm start is
-meant for a GPU (3,000 problems, two epochs: about a minute of training on an H200; the figures
-and the command are in docs/performance.md).
+- ``AgentR1/GSM8KTool-v0``: GSM8K's calculator annotations (``<<48/2=24>>``) become ``calculate``
+  calls, the solution closes (``agent_gym_gsm8k.demonstrations``);
+- ``AgentR1/SearchQA-v0``: a grounded expert searches each name on the question's chain, opens a
+  passage where the result's snippet is cut, and answers (``agent_gym_searchqa.demonstrations``).
+
+Each demonstration is played through the env itself (so the tool replies are the env's own and the
+prompt is the env's prompt, token for token); the episodes that end correct with no tool error are kept
+and the model is fine-tuned on them with the loss on the assistant's tokens only
+(``Trajectory.token_sequence``'s action mask). The result is an ordinary Hugging Face folder (or, with
+``--lora-rank``, an adapter folder that loads as a model) for ``MODEL_PATH=`` of the verl recipes and
+``agent-gym eval --model``.
+
+Defaults run on a laptop CPU for a smoke test (``--limit 16 --max-steps 2``); a real warm start is meant
+for a GPU (3,000 problems, two epochs: about a minute of training on an H200; the figures and the
+commands are in docs/performance.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import math
 import os
@@ -32,12 +44,16 @@ from typing import Any
 import gymnasium as gym
 
 import agent_gym  # noqa: F401  (registers the env ids)
+from agent_gym.cli_support import UsageError, add_env_kwarg_option, parse_env_kwargs, resolve_env_id
 from agent_gym.models import load_causal_lm, load_tokenizer
 from agent_gym.rollout import ScriptedPolicy, run_episodes
-from agent_gym_gsm8k.demonstrations import calculator_turns
-from agent_gym_gsm8k.env import GSM8KToolEnv
 
-ENV_ID = "AgentR1/GSM8KTool-v0"
+#: The envs with a demonstrations module: each has ``demonstrations(env, *, offset, limit)`` yielding
+#: ``(task_id, assistant turns or None, outcome)``.
+DEMONSTRATIONS = {
+    "AgentR1/GSM8KTool-v0": "agent_gym_gsm8k.demonstrations",
+    "AgentR1/SearchQA-v0": "agent_gym_searchqa.demonstrations",
+}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -45,12 +61,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__
     )
     parser.add_argument("--out", required=True, help="folder for the fine-tuned model, its tokenizer and sft_summary.json")
+    parser.add_argument(
+        "--env", default="AgentR1/GSM8KTool-v0",
+        help=f"env to demonstrate: {', '.join(DEMONSTRATIONS)} (default: %(default)s; the AgentR1/ prefix may be left out)",
+    )
+    add_env_kwarg_option(parser)
     parser.add_argument("--model", default="smollm2-135m-instruct", help="model name or folder to fine-tune (default: %(default)s, the embedded SmolLM2-135M-Instruct without the packaged adapter)")
-    parser.add_argument("--data-dir", default=None, help="GSM8K jsonl folder (default: $AGENT_GYM_GSM8K_DIR, else the hub)")
-    parser.add_argument("--limit", type=int, default=2000, help="training problems to turn into demonstrations (default 2000)")
+    parser.add_argument("--limit", type=int, default=2000, help="training tasks to turn into demonstrations (default 2000)")
     parser.add_argument(
         "--offset", type=int, default=0,
-        help="skip this many training problems first, e.g. to keep the problems an RL run trains on unseen (default 0)",
+        help="skip this many training tasks first, e.g. to keep the tasks an RL run trains on unseen (default 0)",
     )
     parser.add_argument("--epochs", type=float, default=1.0, help="passes over the kept demonstrations (default 1)")
     parser.add_argument("--batch-size", type=int, default=16, help="episodes per optimizer step (default 16)")
@@ -76,39 +96,55 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--offset must be >= 0")
     if args.epochs <= 0 or args.lr <= 0:
         parser.error("--epochs and --lr must be > 0")
+    try:
+        args.env = resolve_env_id(args.env)
+        args.env_kwargs = parse_env_kwargs(args.env_kwarg)
+    except UsageError as exc:
+        parser.error(str(exc))
+    if args.env not in DEMONSTRATIONS:
+        parser.error(f"--env {args.env}: no demonstrations for it; one of {', '.join(DEMONSTRATIONS)}")
+    if args.chat_template is not None:
+        args.env_kwargs["chat_template"] = args.chat_template
     return args
 
 
 def build_demonstrations(
-    tokenizer: Any, *, limit: int, data_dir: str | None, max_length: int, offset: int = 0, progress: bool = True
+    tokenizer: Any,
+    *,
+    limit: int,
+    max_length: int,
+    offset: int = 0,
+    env_id: str = "AgentR1/GSM8KTool-v0",
+    env_kwargs: dict[str, Any] | None = None,
+    progress: bool = True,
 ) -> tuple[list[tuple[list[int], list[int]]], Counter[str]]:
-    """Play the calculator demonstrations of ``limit`` training problems, from ``offset``, through the env.
+    """Play the demonstrations of ``limit`` training tasks of ``env_id``, from ``offset``, through the env.
 
-    Returns the kept episodes as ``(token_ids, action_mask)`` and a count of every outcome (``kept``
-    and each reason for dropping one: ``no_annotations``, ``tool_error``, ``not_correct``, ``too_long``).
+    Returns the kept episodes as ``(token_ids, action_mask)`` and a count of every outcome: ``kept``, the
+    env module's reasons for writing no demonstration (GSM8K: ``no_annotations``; SearchQA: ``not_found``,
+    ``not_stated``, ...), and the reasons for dropping a played one: ``tool_error``, ``not_correct``,
+    ``too_long`` (a reply longer than the env takes in one turn, or an episode over ``max_length``).
     """
-    kwargs: dict[str, Any] = {"tokenizer": tokenizer, "split": "train"}
-    if data_dir:
-        kwargs["data_dir"] = data_dir
-    probe = GSM8KToolEnv(**kwargs)
+    kwargs: dict[str, Any] = {**(env_kwargs or {}), "tokenizer": tokenizer, "split": "train"}
+    module = importlib.import_module(DEMONSTRATIONS[env_id])
+    probe = gym.make(env_id, **kwargs).unwrapped
     outcome: Counter[str] = Counter()
     scripts: list[list[str]] = []
     task_ids: list[str] = []
-    for index in range(offset, min(offset + limit, len(probe.tasks))):
-        task = probe.tasks[index]
-        demo = calculator_turns(task.solution, max_turns=probe.max_turns)
-        if demo is None:
-            outcome["no_annotations"] += 1
+    for task_id, turns, reason in module.demonstrations(probe, offset=offset, limit=limit):
+        if turns is None:
+            outcome[reason] += 1
             continue
-        turns, answer = demo
-        scripts.append([probe.parser.format_calls(calls) for calls in turns] + [answer])
-        task_ids.append(task.id)
+        scripts.append(turns)
+        task_ids.append(task_id)
     reply_limit = probe.max_action_tokens  # a longer reply is cut (finish "length") and dropped as too long
     probe.close()
+    if not scripts:
+        return [], outcome
 
     policy = ScriptedPolicy(tokenizer, lambda conversation, turn: scripts[conversation][turn - 1])
     result = run_episodes(
-        lambda: gym.make(ENV_ID, **kwargs),
+        lambda: gym.make(env_id, **kwargs),
         policy,
         task_ids=task_ids,
         batch_size=64,
@@ -119,7 +155,7 @@ def build_demonstrations(
     for trajectory in result.trajectories:
         info = trajectory.final_info
         if "length" in trajectory.metadata.get("finish_reasons", ()):
-            outcome["too_long"] += 1  # a reply longer than the env accepts in one turn
+            outcome["too_long"] += 1
         elif info.get("tool_errors"):
             outcome["tool_error"] += 1
         elif not info.get("correct"):
@@ -238,7 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     examples, outcome = build_demonstrations(
         tokenizer,
         limit=args.limit,
-        data_dir=args.data_dir,
+        env_id=args.env,
+        env_kwargs=args.env_kwargs,
         max_length=args.max_length,
         offset=args.offset,
         progress=not args.no_progress,
@@ -273,11 +310,12 @@ def main(argv: list[str] | None = None) -> int:
         model.save_pretrained(args.out)
         tokenizer.save_pretrained(args.out)
     summary = {
-        "env_id": ENV_ID,
+        "env_id": args.env,
+        "env_kwargs": args.env_kwargs,
         "model": args.model or "embedded SmolLM2-135M-Instruct",
         "device": device,
         "problems": sum(outcome.values()),
-        "first_problem": f"train-{args.offset}",
+        "offset": args.offset,
         "demonstrations": dict(sorted(outcome.items())),
         "action_tokens": sum(sum(mask) for _, mask in examples),
         "steps": len(losses),

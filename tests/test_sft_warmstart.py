@@ -1,5 +1,5 @@
-"""examples/sft_warmstart_gsm8k_tool.py: GSM8K calculator demonstrations played through the env, and a
-short supervised run on them with the real SmolLM2-135M-Instruct on CPU."""
+"""examples/sft_warmstart.py: GSM8K calculator and SearchQA search demonstrations played through the env,
+and a short supervised run on them with the real SmolLM2-135M-Instruct on CPU."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from types import ModuleType
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "sft_warmstart_gsm8k_tool.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "sft_warmstart.py"
 
 
 def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("sft_warmstart_gsm8k_tool", SCRIPT)
+    spec = importlib.util.spec_from_file_location("sft_warmstart", SCRIPT)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -38,7 +38,7 @@ def _spans(tokenizer, ids: list[int], mask: list[int]) -> list[tuple[int, str]]:
 
 
 def test_first_training_problem_becomes_an_exact_three_turn_episode(tokenizer) -> None:
-    examples, outcome = sft.build_demonstrations(tokenizer, limit=1, data_dir=None, max_length=2048, progress=False)
+    examples, outcome = sft.build_demonstrations(tokenizer, limit=1, max_length=2048, progress=False)
     assert dict(outcome) == {"kept": 1}
     ids, mask = examples[0]
     spans = _spans(tokenizer, ids, mask)
@@ -58,7 +58,7 @@ def test_first_training_problem_becomes_an_exact_three_turn_episode(tokenizer) -
 def test_dropped_demonstrations_are_counted_by_reason(tokenizer) -> None:
     # Of the first 40 training problems one (train-29) has no calculator annotation; a max_length below
     # the system prompt's length drops every other one as too long.
-    examples, outcome = sft.build_demonstrations(tokenizer, limit=40, data_dir=None, max_length=200, progress=False)
+    examples, outcome = sft.build_demonstrations(tokenizer, limit=40, max_length=200, progress=False)
     assert examples == []
     assert dict(outcome) == {"no_annotations": 1, "too_long": 39}
 
@@ -70,7 +70,7 @@ def test_a_short_cpu_run_saves_a_model_that_loads(tmp_path: Path) -> None:
     assert sft.main([*args, "--device", "cpu", "--no-progress"]) == 0
     summary = json.loads((out / "sft_summary.json").read_text())
     assert summary["demonstrations"] == {"kept": 2}
-    assert summary["problems"] == 2 and summary["first_problem"] == "train-5"
+    assert summary["problems"] == 2 and summary["offset"] == 5 and summary["env_id"] == "AgentR1/GSM8KTool-v0"
     assert summary["steps"] == 1 and summary["device"] == "cpu"
     assert 0.0 < summary["loss_first"] < 5.0
     from transformers import AutoModelForCausalLM, AutoTokenizer

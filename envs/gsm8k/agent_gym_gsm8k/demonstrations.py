@@ -4,7 +4,7 @@ Every GSM8K solution marks its arithmetic with calculator annotations, ``48/2 = 
 dataset's authors put them there for a calculator. :func:`calculator_turns` turns one solution into a
 tool-use demonstration in the shape :meth:`agent_gym.AgentEnv.tool_demonstration` and
 ``TOOL_DEMONSTRATION`` use: the calls of each assistant turn, then the closing answer. Played through
-``AgentR1/GSM8KTool-v0`` (``examples/sft_warmstart_gsm8k_tool.py`` does), each demonstration becomes
+``AgentR1/GSM8KTool-v0`` (``examples/sft_warmstart.py`` does, through :func:`demonstrations`), each demonstration becomes
 the exact token ids of an episode, its tool replies computed by the env's own calculator.
 
 Small models such as SmolLM2-135M-Instruct make no tool call from the instructions alone; a short
@@ -14,9 +14,9 @@ supervised pass on these episodes gives an RL run on ``GSM8KTool-v0`` multi-turn
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Iterator
 
-__all__ = ["calculator_turns", "strip_annotations"]
+__all__ = ["calculator_turns", "demonstrations", "strip_annotations"]
 
 # <<expression=result>>; the expression is everything up to the last "=" (results hold no "=").
 _ANNOTATION = re.compile(r"<<([^<>]*)=([^<>=]*)>>")
@@ -63,3 +63,18 @@ def calculator_turns(solution: str, max_turns: int = 5) -> tuple[list[list[dict[
         turns.append(calls[start : start + size])
         start += size
     return turns, strip_annotations(solution).strip()
+
+
+def demonstrations(env: Any, *, offset: int, limit: int) -> Iterator[tuple[str, list[str] | None, str]]:
+    """``(task_id, turns, outcome)`` for the problems ``offset`` .. ``offset + limit - 1`` of ``env``'s
+    split (a ``GSM8KToolEnv``): ``turns`` are the assistant's texts (each turn's calls in the env's
+    tool-call format, then the answer) and ``outcome`` is ``"kept"``, or ``None`` with
+    ``"no_annotations"`` for a solution without calculator annotations."""
+    for index in range(offset, min(offset + limit, len(env.tasks))):
+        task = env.tasks[index]
+        demo = calculator_turns(task.solution, max_turns=env.max_turns)
+        if demo is None:
+            yield task.id, None, "no_annotations"
+            continue
+        turns, answer = demo
+        yield task.id, [env.parser.format_calls(calls) for calls in turns] + [answer], "kept"

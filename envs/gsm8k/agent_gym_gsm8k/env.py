@@ -129,7 +129,7 @@ class GSM8KToolEnv(GSM8KEnv):
         """``few_shot``: open the chat with one worked example (:data:`TOOL_DEMONSTRATION`, not a
         GSM8K problem) that calls the calculator twice, for small models that do not call tools from
         the instructions alone (SmolLM2-135M-Instruct makes no call even with it; a tool-use warm start,
-        ``examples/sft_warmstart_gsm8k_tool.py``, does). Other arguments: :class:`GSM8KEnv`."""
+        ``examples/sft_warmstart.py``, does). Other arguments: :class:`GSM8KEnv`."""
         kwargs.setdefault("max_turns", 5)
         kwargs.setdefault("tools", [calculator])
         super().__init__(tokenizer, **kwargs)
