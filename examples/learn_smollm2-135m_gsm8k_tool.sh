@@ -36,11 +36,32 @@
 # True halves the actor's activation memory), EAGER (False: vLLM with CUDA graphs), DATA_SEED (=PART),
 # ADAPTER_BASE_CHECK (1: refuse an ADAPTER trained on other weights than MODEL_PATH's).
 # Any extra hydra option can be appended. AGENT_GYM_VERL_DRY_RUN=1 composes verl's config and stops.
+#
+# Arms of a comparison (examples/compare_step_vs_concat_gsm8k_tool.sh, compare_tree_vs_flat_gsm8k_tool.sh;
+# docs/verl.md, "Comparing credit assignment"): the same recipe, seeds and held-out problems, one setting apart.
+#   MODE=concat: concat mode (one sample per episode, tool tokens masked, stock verl's agent loop `agent_gym`)
+#     instead of step mode; its rows come from `gsm8k_tool.py --mode concat` (DATA_DIR default
+#     ~/data/gsm8k_tool_concat, VAL_DIR ~/data/gsm8k_tool_concat_val512), and a response is the whole
+#     episode after the first prompt (1024 tokens; step mode: one turn, 256).
+#   TREE_WIDTH=2 (step mode only): tree rollouts, per-state GRPO groups (+agent_gym.tree.*; docs/verl.md,
+#     "Tree rollouts"), with TREE_BRANCH_AT (every), TREE_MAX_LEAVES (8), TREE_TOP_K (1, for entropy).
+#     rollout.n (N) then counts trees per prompt, and ppo_mini_batch_size (MINI, default BATCH/2) rows x N.
+#   RUN_DIR defaults to one folder per arm (~/runs/gsm8k_tool_learn, ..._concat, ..._tree), so arms never
+#   share checkpoints. Every step logs agent_gym/generated_tokens (the tokens the policy sampled, env
+#   tokens not counted): the cost axis of plot_heldout_accuracy.py --x tokens.
 set -xeuo pipefail
 
 MODEL_PATH=${MODEL_PATH:-$HOME/models/smollm2-135m-tool}   # agent-gym export-model --model smollm2-135m-tool
-DATA_DIR=${DATA_DIR:-$HOME/data/gsm8k_tool}                  # train.parquet
-VAL_DIR=${VAL_DIR:-$HOME/data/gsm8k_tool_val512}             # test.parquet: the first 512 test problems
+MODE=${MODE:-step}
+TREE_WIDTH=${TREE_WIDTH:-}                                   # empty: flat GRPO groups of N episodes
+case "$MODE" in
+  step) DATA_DIR=${DATA_DIR:-$HOME/data/gsm8k_tool}; VAL_DIR=${VAL_DIR:-$HOME/data/gsm8k_tool_val512}
+        RESPONSE_LENGTH=256; ARM=${TREE_WIDTH:+_tree} ;;                # the longest single turn
+  concat) DATA_DIR=${DATA_DIR:-$HOME/data/gsm8k_tool_concat}; VAL_DIR=${VAL_DIR:-$HOME/data/gsm8k_tool_concat_val512}
+          RESPONSE_LENGTH=1024; ARM=_concat ;;                          # all turns and tool replies
+  *) echo "MODE must be step or concat, got '$MODE'" >&2; exit 2 ;;
+esac
+[[ -z $TREE_WIDTH || $MODE == step ]] || { echo "TREE_WIDTH needs MODE=step: tree rollouts are a step-mode loop" >&2; exit 2; }
 PART=${PART:-1}
 ADAPTER=${ADAPTER:-}                                         # the previous part's adapter folder
 STEPS=${STEPS:-40}
@@ -56,16 +77,17 @@ GRAD_CKPT=${GRAD_CKPT:-False}
 EAGER=${EAGER:-False}
 DATA_SEED=${DATA_SEED:-$PART}
 MICRO=${MICRO:-32}
-RUN_DIR=${RUN_DIR:-$HOME/runs/gsm8k_tool_learn}
+MINI=${MINI:-$((BATCH / 2))}   # prompts per optimizer step (verl counts N rows each): two updates per step
+RUN_DIR=${RUN_DIR:-$HOME/runs/gsm8k_tool_learn$ARM}
 PART_DIR=$RUN_DIR/part$PART
 CKPT_DIR=${CKPT_DIR:-$PART_DIR/ckpt}   # per part: a rerun of the same part resumes from its last checkpoint
 case "$PART" in ''|*[!0-9]*) echo "PART must be a number, got '$PART'" >&2; exit 2 ;; esac
 if [[ $LORA_RANK -gt 0 ]]; then LR=${LR:-1e-4}; else LR=${LR:-1e-5}; fi
 cd "$(dirname "$0")/.." && source examples/_verl_common.sh
 require_model "agent-gym export-model --model smollm2-135m-tool --out $MODEL_PATH"
-require_input "$DATA_DIR/train.parquet" "python3 examples/data_preprocess/gsm8k_tool.py --local_save_dir $DATA_DIR"
+require_input "$DATA_DIR/train.parquet" "python3 examples/data_preprocess/gsm8k_tool.py --local_save_dir $DATA_DIR --mode $MODE"
 require_input "$VAL_DIR/test.parquet" \
-  "agent-gym export-verl AgentR1/GSM8KTool-v0 --split test --limit 512 --out $VAL_DIR --mode step"
+  "agent-gym export-verl AgentR1/GSM8KTool-v0 --split test --limit 512 --out $VAL_DIR --mode $MODE"
 # LoRA merged into vLLM's weights and LoRA-only checkpoints are verl 0.9's.
 python3 - <<'PY' || exit 1
 import sys
@@ -98,6 +120,14 @@ else
   MODEL_ARGS+=("actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]")
 fi
 [[ $EAGER == True ]] && MODEL_ARGS+=(actor_rollout_ref.rollout.enforce_eager=True)
+if [[ -n $TREE_WIDTH ]]; then
+  MODEL_ARGS+=(
+    +agent_gym.tree.width=$TREE_WIDTH
+    "+agent_gym.tree.branch_at=${TREE_BRANCH_AT:-every}"
+    +agent_gym.tree.max_leaves=${TREE_MAX_LEAVES:-8}
+    +agent_gym.tree.top_k=${TREE_TOP_K:-1}
+  )
+fi
 
 if [[ -z ${AGENT_GYM_VERL_DRY_RUN:-} ]]; then
   export VERL_FILE_LOGGER_PATH=${VERL_FILE_LOGGER_PATH:-$PART_DIR/metrics.jsonl}
@@ -116,8 +146,8 @@ python3 -m agent_gym_verl.main_ppo \
     data.val_files="$VAL_DIR/test.parquet" \
     data.train_batch_size=$BATCH \
     data.seed=$DATA_SEED `# the order training problems are drawn in; one per part` \
-    data.max_prompt_length=1024 `# step mode: the longest context a turn sees` \
-    data.max_response_length=256 `# the longest single turn` \
+    data.max_prompt_length=1024 `# step mode: the longest context a turn sees; concat: the first prompt` \
+    data.max_response_length=$RESPONSE_LENGTH \
     data.filter_overlong_prompts=True \
     data.truncation=error \
     data.return_raw_chat=True \
@@ -126,7 +156,7 @@ python3 -m agent_gym_verl.main_ppo \
     +actor_rollout_ref.model.override_config.attn_implementation=sdpa \
     actor_rollout_ref.model.enable_gradient_checkpointing=$GRAD_CKPT \
     actor_rollout_ref.actor.optim.lr=$LR \
-    actor_rollout_ref.actor.ppo_mini_batch_size=$((BATCH / 2)) `# two updates per step` \
+    actor_rollout_ref.actor.ppo_mini_batch_size=$MINI \
     actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=$MICRO \
     actor_rollout_ref.actor.use_kl_loss=False \
     actor_rollout_ref.actor.use_torch_compile=False \
@@ -140,14 +170,14 @@ python3 -m agent_gym_verl.main_ppo \
     actor_rollout_ref.rollout.val_kwargs.do_sample=False \
     actor_rollout_ref.rollout.val_kwargs.n=1 \
     actor_rollout_ref.rollout.prompt_length=1024 \
-    actor_rollout_ref.rollout.response_length=256 \
+    actor_rollout_ref.rollout.response_length=$RESPONSE_LENGTH \
     actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=$MICRO \
     actor_rollout_ref.rollout.agent.agent_loop_config_path="$AGENT_LOOP_CONFIG" \
     actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=$MICRO \
     trainer.critic_warmup=0 \
     trainer.logger='["console","file"]' \
     trainer.project_name=agent-gym-gsm8k-tool \
-    trainer.experiment_name=smollm2_135m_learn_part$PART \
+    trainer.experiment_name=smollm2_135m_learn${ARM}_part$PART \
     trainer.n_gpus_per_node=1 \
     trainer.nnodes=1 \
     trainer.val_before_train=True `# step 0: the part's start, on the same 512 problems` \
@@ -160,11 +190,12 @@ python3 -m agent_gym_verl.main_ppo \
     "${MODEL_ARGS[@]}" "${VERL_VERSION_ARGS[@]}" "$@"
 
 [[ -n ${AGENT_GYM_VERL_DRY_RUN:-} ]] && exit 0
+SAME_ARM=$([[ $MODE == step ]] || echo "MODE=$MODE ")${TREE_WIDTH:+TREE_WIDTH=$TREE_WIDTH }   # the next part's arm
 if [[ $LORA_RANK -gt 0 ]]; then
   python3 -m agent_gym_verl.lora "$CKPT_DIR" --out "$PART_DIR/adapter" --base "$MODEL_PATH"
   { set +x; } 2>/dev/null
-  echo "next part: PART=$((PART + 1)) ADAPTER=$PART_DIR/adapter bash examples/learn_smollm2-135m_gsm8k_tool.sh"
+  echo "next part: ${SAME_ARM}PART=$((PART + 1)) ADAPTER=$PART_DIR/adapter bash examples/learn_smollm2-135m_gsm8k_tool.sh"
 else
   { set +x; } 2>/dev/null
-  echo "next part: PART=$((PART + 1)) LORA_RANK=0 MODEL_PATH=$CKPT_DIR/global_step_$(cat "$CKPT_DIR/latest_checkpointed_iteration.txt")/actor/huggingface bash examples/learn_smollm2-135m_gsm8k_tool.sh"
+  echo "next part: ${SAME_ARM}PART=$((PART + 1)) LORA_RANK=0 MODEL_PATH=$CKPT_DIR/global_step_$(cat "$CKPT_DIR/latest_checkpointed_iteration.txt")/actor/huggingface bash examples/learn_smollm2-135m_gsm8k_tool.sh"
 fi

@@ -476,7 +476,8 @@ def test_a_concat_episode_that_ends_on_empty_actions_keeps_its_reward_on_a_train
          ['<tool_call>\n{"name": "get_product", "arguments": {"product_id": "P0"}}\n</tool_call>',
           "Could you give me your email address?", "Thank you, anything else?"]),
         ("AgentR1/SearchQA-v0", {"difficulty": "easy", "max_turns": 3, "top_k": 1},
-         ['<tool_call>\n{"name": "search", "arguments": {"query": "founded"}}\n</tool_call>', "<answer>nobody</answer>"]),
+         # the exported task asks who wrote The Cartographer of Leheith: Selka Gebov; one of two words is token F1 2/3
+         ['<tool_call>\n{"name": "search", "arguments": {"query": "founded"}}\n</tool_call>', "<answer>Selka</answer>"]),
         # the demo: test-0 asks what 6 flanges cost; the warehouse MCP server (a stdio process) prices one at 17
         ("AgentR1/MCPTask-v0", {"max_turns": 3},
          ['<tool_call>\n{"name": "price", "arguments": {"item": "flanges"}}\n</tool_call>', "6 * 17 = 102\n#### 102"]),
@@ -510,6 +511,10 @@ def test_concat_mode_plays_the_catalogue_envs_token_for_token(model_dir, verl_to
     assert sum(row["mask"]) == sum(len(a) for a in played)  # every policy id trained, no env id
     assert len(row["response"]) > sum(len(a) for a in played)  # the env's replies are in the row, masked
     assert out.non_tensor_batch["tool_calls"][0] == 1.0
+    # answer_f1: SearchQA's graded token F1; the 0/1 correctness where an env grades none
+    print("DBG", env.unwrapped.task, verl_tokenizer.decode(context[-60:]))
+    expected_f1 = 2 / 3 if env_id == "AgentR1/SearchQA-v0" else out.non_tensor_batch["acc"][0]
+    assert out.non_tensor_batch["answer_f1"][0] == pytest.approx(expected_f1)
     if env_id == "AgentR1/MCPTask-v0":
         from agent_gym.tools import mcp as agent_mcp
 

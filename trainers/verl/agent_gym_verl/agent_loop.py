@@ -292,6 +292,9 @@ def _episode_fields(
             "tool_calls_answered": float(calls_answered),
             "format_errors": float(last_info.get("format_errors", 0)),
             "truncated": float(truncated_reason is not None),
+            # The answer's token F1 where the env grades one (SearchQA's info["f1"]), else its 0/1
+            # correctness: every row has the key, as verl needs, and exact-match envs read the same.
+            "answer_f1": float(last_info["f1"]) if isinstance(last_info.get("f1"), (int, float)) else float(bool(correct)),
         },
     }
 

@@ -82,6 +82,7 @@ __all__ = [
     "expand_step_batch",
     "compute_step_advantage",
     "trajectory_metrics",
+    "generated_tokens",
     "tool_call_validity",
 ]
 
@@ -727,10 +728,31 @@ def tool_call_validity(valid_mean: float | None, answered_mean: float | None) ->
     return float(valid_mean) / float(answered_mean)
 
 
+def generated_tokens(batch: Any) -> int:
+    """The tokens the policy sampled for a batch of trajectory rows (before expansion): the ids with
+    response mask 1 of every step-mode sample a row carries (a tree's shared steps are carried once, by the
+    trajectory that generated them) and of every other row's response. verl's own ``response_length``
+    cannot give this: it counts the env's tokens (tool replies) too and, in step mode, the expanded rows,
+    filler rows included."""
+    steps_col = batch.non_tensor_batch.get(STEPS_KEY)
+    mask = batch.batch["response_mask"] if "response_mask" in batch.batch.keys() else None
+    total = 0
+    for i in range(len(batch)):
+        steps = None if steps_col is None else steps_col[i]
+        if steps is not None and len(steps) > 0:
+            for step in steps:  # a segment masks the env's ids; a single step is all policy ids
+                total += int(np.sum(step["response_mask"])) if "response_mask" in step else len(step["response_ids"])
+        elif mask is not None:
+            total += int(mask[i].sum())
+    return total
+
+
 def trajectory_metrics(batch: Any) -> dict[str, float]:
-    """Env metrics of a batch of trajectory rows (before expansion): turns, tool use, reward parts."""
+    """Env metrics of a batch of trajectory rows (before expansion): turns, tool use, reward parts, and
+    ``agent_gym/generated_tokens`` (:func:`generated_tokens`: summed over steps, the x-axis on which runs
+    that sample differently, e.g. tree against flat rollouts, compare at equal cost)."""
     nt = batch.non_tensor_batch
-    metrics: dict[str, float] = {}
+    metrics: dict[str, float] = {"agent_gym/generated_tokens": float(generated_tokens(batch))}
 
     def mean(key: str) -> float | None:
         if key not in nt:
@@ -747,6 +769,7 @@ def trajectory_metrics(batch: Any) -> dict[str, float]:
         ("tool_calls_answered", "tool_calls_answered"),
         ("format_errors", "format_errors"),
         ("truncated", "truncated"),
+        ("answer_f1", "answer_f1"),
     ):
         value = mean(key)
         if value is not None:
