@@ -49,6 +49,11 @@
 #   RUN_DIR defaults to one folder per arm (~/runs/gsm8k_tool_learn, ..._concat, ..._tree), so arms never
 #   share checkpoints. Every step logs agent_gym/generated_tokens (the tokens the policy sampled, env
 #   tokens not counted): the cost axis of plot_heldout_accuracy.py --x tokens.
+#
+# Another env through the same recipe (examples/learn_smollm2-135m_searchqa.sh sets these, then runs this
+# script): DATA_DIR, VAL_DIR, MODEL_PATH, RUN_DIR; MODEL_CMD, DATA_CMD, VAL_CMD (the commands that make a
+# missing input, named in its message); PROMPT_LENGTH (1024: the longest context a step-mode turn sees);
+# PROJECT and NAME (verl's project and experiment name stem); RECIPE (the script the next part's line names).
 set -xeuo pipefail
 
 MODEL_PATH=${MODEL_PATH:-$HOME/models/smollm2-135m-tool}   # agent-gym export-model --model smollm2-135m-tool
@@ -79,15 +84,20 @@ DATA_SEED=${DATA_SEED:-$PART}
 MICRO=${MICRO:-32}
 MINI=${MINI:-$((BATCH / 2))}   # prompts per optimizer step (verl counts N rows each): two updates per step
 RUN_DIR=${RUN_DIR:-$HOME/runs/gsm8k_tool_learn$ARM}
+PROMPT_LENGTH=${PROMPT_LENGTH:-1024}
+PROJECT=${PROJECT:-agent-gym-gsm8k-tool}
+NAME=${NAME:-smollm2_135m_learn}
+MODEL_CMD=${MODEL_CMD:-"agent-gym export-model --model smollm2-135m-tool --out $MODEL_PATH"}
+DATA_CMD=${DATA_CMD:-"python3 examples/data_preprocess/gsm8k_tool.py --local_save_dir $DATA_DIR --mode $MODE"}
+VAL_CMD=${VAL_CMD:-"agent-gym export-verl AgentR1/GSM8KTool-v0 --split test --limit 512 --out $VAL_DIR --mode $MODE"}
 PART_DIR=$RUN_DIR/part$PART
 CKPT_DIR=${CKPT_DIR:-$PART_DIR/ckpt}   # per part: a rerun of the same part resumes from its last checkpoint
 case "$PART" in ''|*[!0-9]*) echo "PART must be a number, got '$PART'" >&2; exit 2 ;; esac
 if [[ $LORA_RANK -gt 0 ]]; then LR=${LR:-1e-4}; else LR=${LR:-1e-5}; fi
 cd "$(dirname "$0")/.." && source examples/_verl_common.sh
-require_model "agent-gym export-model --model smollm2-135m-tool --out $MODEL_PATH"
-require_input "$DATA_DIR/train.parquet" "python3 examples/data_preprocess/gsm8k_tool.py --local_save_dir $DATA_DIR --mode $MODE"
-require_input "$VAL_DIR/test.parquet" \
-  "agent-gym export-verl AgentR1/GSM8KTool-v0 --split test --limit 512 --out $VAL_DIR --mode $MODE"
+require_model "$MODEL_CMD"
+require_input "$DATA_DIR/train.parquet" "$DATA_CMD"
+require_input "$VAL_DIR/test.parquet" "$VAL_CMD"
 # LoRA merged into vLLM's weights and LoRA-only checkpoints are verl 0.9's.
 python3 - <<'PY' || exit 1
 import sys
@@ -146,7 +156,7 @@ python3 -m agent_gym_verl.main_ppo \
     data.val_files="$VAL_DIR/test.parquet" \
     data.train_batch_size=$BATCH \
     data.seed=$DATA_SEED `# the order training problems are drawn in; one per part` \
-    data.max_prompt_length=1024 `# step mode: the longest context a turn sees; concat: the first prompt` \
+    data.max_prompt_length=$PROMPT_LENGTH `# step mode: the longest context a turn sees; concat: the first prompt` \
     data.max_response_length=$RESPONSE_LENGTH \
     data.filter_overlong_prompts=True \
     data.truncation=error \
@@ -169,15 +179,15 @@ python3 -m agent_gym_verl.main_ppo \
     actor_rollout_ref.rollout.val_kwargs.temperature=0 `# greedy validation` \
     actor_rollout_ref.rollout.val_kwargs.do_sample=False \
     actor_rollout_ref.rollout.val_kwargs.n=1 \
-    actor_rollout_ref.rollout.prompt_length=1024 \
+    actor_rollout_ref.rollout.prompt_length=$PROMPT_LENGTH \
     actor_rollout_ref.rollout.response_length=$RESPONSE_LENGTH \
     actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=$MICRO \
     actor_rollout_ref.rollout.agent.agent_loop_config_path="$AGENT_LOOP_CONFIG" \
     actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=$MICRO \
     trainer.critic_warmup=0 \
     trainer.logger='["console","file"]' \
-    trainer.project_name=agent-gym-gsm8k-tool \
-    trainer.experiment_name=smollm2_135m_learn${ARM}_part$PART \
+    trainer.project_name=$PROJECT \
+    trainer.experiment_name=${NAME}${ARM}_part$PART \
     trainer.n_gpus_per_node=1 \
     trainer.nnodes=1 \
     trainer.val_before_train=True `# step 0: the part's start, on the same 512 problems` \
@@ -194,8 +204,8 @@ SAME_ARM=$([[ $MODE == step ]] || echo "MODE=$MODE ")${TREE_WIDTH:+TREE_WIDTH=$T
 if [[ $LORA_RANK -gt 0 ]]; then
   python3 -m agent_gym_verl.lora "$CKPT_DIR" --out "$PART_DIR/adapter" --base "$MODEL_PATH"
   { set +x; } 2>/dev/null
-  echo "next part: ${SAME_ARM}PART=$((PART + 1)) ADAPTER=$PART_DIR/adapter bash examples/learn_smollm2-135m_gsm8k_tool.sh"
+  echo "next part: ${SAME_ARM}PART=$((PART + 1)) ADAPTER=$PART_DIR/adapter bash ${RECIPE:-examples/learn_smollm2-135m_gsm8k_tool.sh}"
 else
   { set +x; } 2>/dev/null
-  echo "next part: ${SAME_ARM}PART=$((PART + 1)) LORA_RANK=0 MODEL_PATH=$CKPT_DIR/global_step_$(cat "$CKPT_DIR/latest_checkpointed_iteration.txt")/actor/huggingface bash examples/learn_smollm2-135m_gsm8k_tool.sh"
+  echo "next part: ${SAME_ARM}PART=$((PART + 1)) LORA_RANK=0 MODEL_PATH=$CKPT_DIR/global_step_$(cat "$CKPT_DIR/latest_checkpointed_iteration.txt")/actor/huggingface bash ${RECIPE:-examples/learn_smollm2-135m_gsm8k_tool.sh}"
 fi

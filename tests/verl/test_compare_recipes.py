@@ -132,6 +132,26 @@ def test_missing_data_names_the_command_whose_rows_pick_the_modes_loop(mode, age
     assert set(pd.read_parquet(path)["agent_name"]) == {agent}
 
 
+def test_the_searchqa_recipe_is_the_learn_recipe_with_searchqas_rows(tmp_path, hf_model_dir):
+    proc = _run("learn_smollm2-135m_searchqa.sh", HOME=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (opts,) = _arms(proc)
+    assert (opts["data.train_files"], opts["data.val_files"], opts["actor_rollout_ref.model.path"]) == (
+        f"{tmp_path}/data/searchqa_medium/train.parquet", f"{tmp_path}/data/searchqa_medium_val512/test.parquet",
+        f"{tmp_path}/models/smollm2-135m-searchqa")
+    assert (opts["data.max_prompt_length"], opts["actor_rollout_ref.rollout.prompt_length"]) == ("2048", "2048")
+    assert (opts["trainer.project_name"], opts["trainer.experiment_name"]) == ("agent-gym-searchqa", "smollm2_135m_searchqa_medium_part1")
+    assert opts["trainer.default_local_dir"] == f"{tmp_path}/runs/searchqa_learn/part1/ckpt"
+    # a missing input names SearchQA's commands, not GSM8K's
+    proc = _run("learn_smollm2-135m_searchqa.sh", dry=False, HOME=str(tmp_path), DIFFICULTY="hard", MODEL_PATH=hf_model_dir)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert (f"agent-gym export-verl AgentR1/SearchQA-v0 --split train --limit 8192 --env-kwarg difficulty=hard "
+            f"--out {tmp_path}/data/searchqa_hard --mode step") in proc.stderr
+    assert "gsm8k" not in proc.stderr.split("is missing", 1)[1]
+    proc = _run("learn_smollm2-135m_searchqa.sh", HOME=str(tmp_path), DIFFICULTY="medum")
+    assert proc.returncode == 2 and "DIFFICULTY must be easy, medium or hard, got 'medum'" in proc.stderr
+
+
 def test_the_driver_lists_every_missing_input_before_training(tmp_path):
     proc = _run("compare_step_vs_concat_gsm8k_tool.sh", dry=False, HOME=str(tmp_path))
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
