@@ -126,7 +126,7 @@ def test_learn_script_names_the_model_the_training_data_and_the_held_out_set_it_
     script = "learn_smollm2-135m_gsm8k_tool.sh"
     expected = [
         ("models/smollm2-135m-tool/config.json", "agent-gym export-model --model smollm2-135m-tool --out {h}/models/smollm2-135m-tool"),
-        ("data/gsm8k_tool/train.parquet", "python3 examples/data_preprocess/gsm8k_tool.py --local_save_dir {h}/data/gsm8k_tool"),
+        ("data/gsm8k_tool/train.parquet", "python3 examples/data_preprocess/gsm8k_tool.py --local_save_dir {h}/data/gsm8k_tool --mode step"),
         ("data/gsm8k_tool_val512/test.parquet",
          "agent-gym export-verl AgentR1/GSM8KTool-v0 --split test --limit 512 --out {h}/data/gsm8k_tool_val512 --mode step"),
     ]

@@ -178,8 +178,10 @@ def test_two_steps_on_the_catalogue_envs_with_a_scripted_tool_user(tmp_path, tok
         pytest.skip(f"the catalogue envs are checked under trl {TESTED_RELEASES[-1]}, this is {trl.__version__}")
     env_kwargs, call, answers = NEW_ENVS[env_id]
     policy = _ToolThenAnswer(tokenizer, call, answers)
+    # one prompt's group of two per step: CustomerService's prompt is about 1,500 tokens, and the check is
+    # the env's turns through the adapter, not the batch size
     trainer, _ = run(tmp_path, tokenizer, model_name="smollm2-135m-instruct", env_id=env_id, env_kwargs=env_kwargs,
-                     policy=policy, max_completion_length=160)
+                     policy=policy, max_completion_length=160, per_device_train_batch_size=2)
     for record in trainer.records:
         for t in record["trajectories"]:
             assert len(t.steps) >= 2 and t.steps[0].info["tool_calls"] == 1  # the call, then the answer
