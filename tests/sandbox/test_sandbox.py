@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -264,8 +265,11 @@ def test_isolation_report_says_what_is_in_force(sandbox):
     assert iso["audit_hook"] is True
     if ROOT and os.uname().machine in ("x86_64", "aarch64"):
         assert iso["seccomp"] and iso["setuid"] and iso["chroot"] and iso["netns"], iso
-        # only the Python installation and system libraries are visible (read-only): not the data, not the repo
-        code = "import os\nprint(os.getuid() != 0, [os.path.exists(p) for p in ('/work/shared', '/work/main', '/etc/passwd', '/root/.ssh')])"
+        # only the Python installation and system libraries are visible (read-only): not the data beside the
+        # checkout, not the repository's own files. (Its folder may show as the path to a virtualenv inside it.)
+        repo = Path(__file__).resolve().parents[2]
+        hidden = (str(repo.parent / "shared"), str(repo / "pyproject.toml"), "/etc/passwd", "/root/.ssh")
+        code = f"import os\nprint(os.getuid() != 0, [os.path.exists(p) for p in {hidden!r}])"
         assert sandbox.run(code).output == "True [False, False, False, False]\n"
 
 
