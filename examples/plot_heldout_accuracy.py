@@ -144,10 +144,22 @@ def cumulative_tokens(parts: Sequence[Run]) -> list[dict[int, float]]:
     return out
 
 
+def training_steps(parts: Sequence[Run]) -> int:
+    """The training steps the parts log (every step but a part's step 0, its start)."""
+    return sum(len([s for s in part if s > 0]) for part in parts)
+
+
 def token_totals(parts: Sequence[Run]) -> tuple[float, int]:
     """(generated tokens, training steps) over all parts: what a run has spent so far."""
     cum = cumulative_tokens(parts)
-    return (cum[-1][max(cum[-1])] if cum and cum[-1] else 0.0), sum(len([s for s in part if s > 0]) for part in parts)
+    return (cum[-1][max(cum[-1])] if cum and cum[-1] else 0.0), training_steps(parts)
+
+
+def x_axis(x: str) -> tuple[str, str]:
+    """The row key and the axis label of ``--x`` (``steps`` or ``tokens``)."""
+    if x == "tokens":
+        return "generated_tokens", "tokens generated in training (policy tokens)"
+    return "step", "training step"
 
 
 def build_rows(parts: Sequence[Run], source: str, *, val_n: int | None = None, offsets: Sequence[int] | None = None,
@@ -231,7 +243,7 @@ def summarize_runs(runs: Sequence[tuple[str, Sequence[dict[str, Any]]]], source:
 def plot_runs(runs: Sequence[tuple[str, Sequence[dict[str, Any]]]], path: Path, title: str, x: str) -> None:
     """Several runs' held-out accuracy (+-1 SE) on one axis: training steps or generated tokens."""
     _curve.require_matplotlib()
-    key = "generated_tokens" if x == "tokens" else "step"
+    key, xlabel = x_axis(x)
     with _curve.png_figure(path, 1, 1, figsize=(8, 4.8), dpi=120) as (_, ax):
         for label, rows in runs:
             n = sorted({r["val_n"] for r in rows})
@@ -239,7 +251,7 @@ def plot_runs(runs: Sequence[tuple[str, Sequence[dict[str, Any]]]], path: Path, 
                         capsize=3, linewidth=1.5, label=f"{label}, N={'/'.join(map(str, n))} (+-1 SE)")
         ax.grid(True, alpha=0.3)
         ax.set_ylabel("held-out greedy accuracy")
-        ax.set_xlabel("tokens generated in training (policy tokens)" if x == "tokens" else "training step")
+        ax.set_xlabel(xlabel)
         ax.set_title(title)
         ax.legend(loc="best", fontsize=8)
 
@@ -249,15 +261,14 @@ def plot(rows: Sequence[dict[str, Any]], path: Path, title: str, train: Sequence
     _curve.require_matplotlib()
     ns = sorted({r["val_n"] for r in rows})
     n_label = f"N={ns[0]}" if len(ns) == 1 else "N=" + "/".join(map(str, ns))
-    valid = [(r["step"], 100 * r["tool_call_validity"]) for r in rows if r["tool_call_validity"] is not None]
+    key, axis_label = x_axis(x)
+    valid = [(r[key], 100 * r["tool_call_validity"]) for r in rows if r["tool_call_validity"] is not None]
+    if x == "tokens":  # train rewards are placed by step: not on this axis
+        train = ()
     layout = ({"figsize": (8, 6), "sharex": True, "gridspec_kw": {"height_ratios": [3, 1.4]}} if valid
               else {"figsize": (8, 4.5)})  # an env without tools logs no validity: no empty panel for it
     with _curve.png_figure(path, 2 if valid else 1, 1, dpi=120, **layout) as (_, axes):
         top, bottom = axes if valid else (axes, None)
-        key = "generated_tokens" if x == "tokens" else "step"
-        if x == "tokens":  # train rewards and part boundaries are placed by step: not on this axis
-            valid = [(r[key], 100 * r["tool_call_validity"]) for r in rows if r["tool_call_validity"] is not None]
-            train = ()
         xs = [r[key] for r in rows]
         top.errorbar(xs, [r["val_acc"] for r in rows], yerr=[r["val_se"] for r in rows], fmt="o-", color="tab:orange",
                      capsize=3, linewidth=1.5, label=f"held-out greedy accuracy, {n_label} (+-1 SE)")
@@ -275,8 +286,7 @@ def plot(rows: Sequence[dict[str, Any]], path: Path, title: str, train: Sequence
         top.set_ylabel("accuracy")
         top.set_title(title)
         top.legend(loc="best", fontsize=8)
-        xlabel = ("tokens generated in training (policy tokens)" if x == "tokens" else "training step") + (
-            " (dotted: a part starts on a fresh machine)" if starts else "")
+        xlabel = axis_label + (" (dotted: a part starts on a fresh machine)" if starts else "")
         if bottom is None:
             top.set_xlabel(xlabel)
             return
@@ -340,8 +350,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.run:
             runs = [(label, [{"run": label, **row} for row in build_rows(parts, source, val_n=args.val_n, tokens=tokens)])
                     for label, parts in named]
-            totals = [token_totals(parts) if tokens else (0.0, sum(len([s for s in p if s > 0]) for p in parts))
-                      for _, parts in named]
+            totals = [token_totals(parts) if tokens else (0.0, training_steps(parts)) for _, parts in named]
             if args.csv is not None:
                 write_csv(args.csv, [row for _, rows in runs for row in rows])
             if args.png is not None:
