@@ -9,7 +9,9 @@ tool calling, token limits, drift-free context ids and the ``info`` bookkeeping 
 - :meth:`AgentEnv.initial_messages`: the chat that opens an episode;
 - :meth:`AgentEnv.grade`: the outcome reward of a final response.
 
-Multi-turn envs whose reply is not "run the tools" (games, simulators) override
+An env with state of its own per episode (a sandbox session, a database, a simulated user) sets it up
+in :meth:`AgentEnv.on_reset`, which may also add entries to ``reset``'s ``info``; ``reset`` itself is
+this class's alone. Multi-turn envs whose reply is not "run the tools" (games, simulators) override
 :meth:`AgentEnv.respond` (and :meth:`AgentEnv.arespond` for async work).
 """
 
@@ -229,6 +231,17 @@ class AgentEnv(gym.Env[Observation, np.ndarray], Generic[TaskT]):
     def grade(self, task: TaskT, turn: Turn) -> Grade:
         """The outcome reward for ``turn``, the episode's final response."""
 
+    def on_reset(self, task: TaskT) -> Mapping[str, Any]:
+        """Start the env's own state for an episode on ``task``; return extra entries for ``reset``'s ``info``.
+
+        Called by :meth:`reset` once the task is chosen and the context opened (``self.task`` and
+        ``self.context`` are set; ``self.np_random`` is seeded): open a sandbox session, load a
+        database, make a simulated user. Default: nothing to start, no extra entries. Override this
+        rather than ``reset``, so that seeding, task options and the context stay the base class's.
+        The entries must be declared in the env's reset-info type.
+        """
+        return {}
+
     def respond(self, turn: Turn) -> EnvReply:
         """The env's answer to a turn. Default: run the tools the policy called, or grade a final answer.
 
@@ -280,9 +293,11 @@ class AgentEnv(gym.Env[Observation, np.ndarray], Generic[TaskT]):
         self._turn = 0
         self._counts = {"tool_calls": 0, "tool_errors": 0, "format_errors": 0}
         self._error_kinds: dict[str, int] = {}
+        self._done = True  # until on_reset has run: an episode whose start failed takes no step
+        extra = self.on_reset(self.task)
         self._done = False
         info: ResetInfo = {"task_id": self.task_id_of(self.task), "context_tokens": len(self.context)}
-        return cast(Observation, self.context.observation()), info
+        return cast(Observation, self.context.observation()), cast(ResetInfo, {**info, **extra})
 
     def step(self, action: Any) -> tuple[Observation, float, bool, bool, StepInfo]:  # type: ignore[override]
         """Apply the policy's action (generated token ids). Never raises on bad actions: an invalid

@@ -114,18 +114,15 @@ class CustomerServiceEnv(AgentEnv):
 
     # -- episode -----------------------------------------------------------------------------------------
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
-        obs, info = super().reset(seed=seed, options=options)
-        task = self.task
-        assert task is not None
+    def on_reset(self, task: CustomerServiceTask) -> dict[str, Any]:
+        """The episode's shop (a fresh SQLite database of the task), its customer and their transcript."""
         if self.retail.store is not None:
             self.retail.store.close()
         self.retail.store = Store(task.db, task.today)
         self.user = self._new_user(task, self.prompts)
-        self.transcript = [{"role": "user", "content": str(obs["messages"][-1]["content"])}]
-        info["difficulty"] = task.difficulty
-        info["requests"] = len(task.requests)
-        return obs, info
+        assert self.context is not None  # on_reset runs once the context is open
+        self.transcript = [{"role": "user", "content": str(self.context.messages[-1]["content"])}]
+        return {"difficulty": task.difficulty, "requests": len(task.requests)}
 
     def respond(self, turn: Turn) -> EnvReply:
         if turn.parsed.has_tool_calls:

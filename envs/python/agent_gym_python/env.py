@@ -77,10 +77,9 @@ class GSM8KPythonEnv(GSM8KTaskSource, AgentEnv):
             {"role": "user", "content": self.prompts.render("gsm8k_python_user.j2", question=task.question)},
         ]
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
-        obs, info = super().reset(seed=seed, options=options)
+    def on_reset(self, task: GSM8KTask) -> dict[str, Any]:
         self.python.new_episode()  # the previous episode's Python session (if any) is closed
-        return obs, info
+        return {}
 
     def close(self) -> None:
         self.python.close()

@@ -153,11 +153,8 @@ class SearchQAEnv(AgentEnv):
             hops=task.hops,
         )
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
-        obs, info = super().reset(seed=seed, options=options)
-        assert self.task is not None
-        info["difficulty"] = self.task.difficulty
-        return obs, info
+    def on_reset(self, task: SearchQATask) -> dict[str, Any]:
+        return {"difficulty": task.difficulty}
 
 
 def _check_source(

@@ -124,11 +124,9 @@ class TableQAEnv(AgentEnv):
             template=task.template,
         )
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
-        obs, info = super().reset(seed=seed, options=options)
-        self.python.new_episode(files=self.task.files())  # the tables, in the sandbox's working directory
-        info["difficulty"] = self.task.difficulty
-        return obs, info
+    def on_reset(self, task: TableTask) -> dict[str, Any]:
+        self.python.new_episode(files=task.files())  # the tables, in the sandbox's working directory
+        return {"difficulty": task.difficulty}
 
     def close(self) -> None:
         self.python.close()
