@@ -28,6 +28,7 @@ from agent_gym.cli_support import (
     UsageError,
     add_env_kwarg_option,
     add_env_options,
+    chat_template_arg,
     env_kwargs,
     missing_adapter_message,
     one_line,
@@ -52,6 +53,7 @@ _CORE_COMMANDS = """\
   list          show the installed envs: id, tools, description
   play          be the assistant: type each turn in the terminal (or pipe it in)
   eval          run a model on N episodes, print accuracy & co., save the trajectories as JSONL
+  check         check an env against the env contract (spaces, types, seeding, snapshots, no drift)
   new-env       write a new env package (pyproject, env class, template, test) that passes its tests
   export-model  write the embedded model as a Hugging Face folder, for vLLM and verl"""
 
@@ -62,6 +64,7 @@ examples:
   agent-gym eval AgentR1/GSM8KTool-v0 --episodes 20
   agent-gym eval AgentR1/GSM8K-v0 --model Qwen/Qwen2.5-0.5B-Instruct --device cuda --json
   agent-gym eval AgentR1/Countdown-v0 --env-kwarg difficulty=easy --episodes 32
+  agent-gym check AgentR1/Countdown-v0
   agent-gym new-env my-task --dest envs
   agent-gym export-model --out ~/models/smollm2-135m-instruct
 
@@ -98,6 +101,27 @@ examples:
   agent-gym eval AgentR1/GSM8KTool-v0 --model ./my-checkpoint --temperature 0.7 --out runs/ckpt.jsonl
   agent-gym eval AgentR1/GSM8KTool-v0 --data-dir ~/data/gsm8k --json --no-progress
   agent-gym eval AgentR1/GSM8KTool-v0 --split test --in-order --episodes 1319 --model DIR --backend vllm"""
+
+
+_CHECK_EPILOG = """\
+The checks, in order (each prints PASS, FAIL with the fix, or SKIP with the reason):
+  make            gym.make builds the env; it is an agent_gym.AgentEnv
+  spaces          a TokenSequence action space and a ChatContextSpace observation space
+  hooks           reset, step and astep are AgentEnv's (customise them through on_reset, respond)
+  reset           (obs, info): the observation in its space, info of the env's reset-info TypedDict
+  step            (obs, reward, terminated, truncated, info): float reward, bool flags, typed info
+  determinism     same seed and actions in a second env: same ids, rewards, info; task_id pins the task
+  no_drift        next prompt ids = previous prompt ids + action ids + appended ids (or a new segment)
+  snapshot        a pickled mid-episode snapshot restored in a fresh env continues identically
+  invalid_action  an out-of-vocabulary id and a 2-D action end the episode, never raise
+  gymnasium       gymnasium.utils.env_checker.check_env passes
+The scripted actions are a tool call (where the env offers tools), a plain answer, and an answer with ids
+after its end-of-turn id. No model runs: the check takes seconds. Exit status 0 when no check failed.
+
+examples:
+  agent-gym check AgentR1/GSM8KTool-v0
+  agent-gym check MyTask-v0 --env-kwarg difficulty=hard --steps 5
+  agent-gym check AgentR1/Countdown-v0 --tokenizer Qwen/Qwen3-0.6B --json"""
 
 
 _REPLAY_EPILOG = """examples:
@@ -186,6 +210,22 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, BaseException | 
     p.add_argument("--tokenizer", default=None,
                    help="make the envs with this tokenizer (a model name or folder) instead of the recorded one")
     p.set_defaults(func=_cmd_replay)
+
+    p = sub.add_parser(
+        "check", help="check an env against the env contract",
+        description="Check an installed env against the env contract, the way gymnasium's check_env does for a "
+        "gymnasium env: make it, play a few scripted steps (no model), and report each check with the fix for "
+        "a failure. Run it on a new env before publishing it.",
+        epilog=_CHECK_EPILOG, formatter_class=formatter,
+    )
+    p.add_argument("env_id", metavar="ID", help="env id, e.g. AgentR1/GSM8KTool-v0 (the AgentR1/ prefix may be left out)")
+    add_env_kwarg_option(p)
+    p.add_argument("--tokenizer", default=None,
+                   help="a Hugging Face tokenizer (model name or folder) to check with (default: the embedded model's)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the episodes played (default: %(default)s)")
+    p.add_argument("--steps", type=positive_int, default=3, help="most steps per episode (default: %(default)s)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    p.set_defaults(func=_cmd_check)
     from agent_gym.cli.scaffold import add_parser as add_new_env_parser
 
     add_new_env_parser(sub, formatter)
@@ -392,6 +432,28 @@ def _jsonable(value: Any) -> Any:
     from agent_gym.trajectory import to_jsonable
 
     return to_jsonable(value)
+
+
+# -- check ----------------------------------------------------------------------------------------------
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from agent_gym.core.contract import check_contract
+
+    env_id = resolve_env_id(args.env_id)
+    kwargs = parse_env_kwargs(args.env_kwarg)
+    if args.chat_template is not None:
+        kwargs["chat_template"] = chat_template_arg(args.chat_template)
+    tokenizer = user_errors(lambda: _load_tokenizer(args.tokenizer))
+    report = check_contract(env_id, tokenizer=tokenizer, env_kwargs=kwargs, seed=args.seed, steps=args.steps)
+    print(json.dumps(report.to_dict(), indent=2) if args.json else report)
+    return 0 if report.ok else 1
+
+
+def _load_tokenizer(name: str | None) -> Any:
+    from agent_gym.models import load_tokenizer
+
+    return load_tokenizer(name)
 
 
 # -- eval -----------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@
     agent_gym_<name>/__init__.py    register(): registers AgentR1/<Name>-v0
     agent_gym_<name>/env.py         the env: an AgentEnv subclass with the five task hooks filled in
     agent_gym_<name>/templates/     system.j2 and user.j2 (the prompts)
-    tests/test_<name>.py            check_env, seeding, rewards, bad actions
+    tests/test_<name>.py            the env contract (agent-gym check), seeding, rewards, bad actions
 
 The example task (add two numbers, answer in ``<answer>...</answer>``) is generated from the seed, so
 the package works without data; replace it with yours. ``cd <dest>/<name> && pytest`` runs its tests
@@ -368,9 +368,9 @@ import os
 import gymnasium as gym
 import numpy as np
 import pytest
-from gymnasium.utils.env_checker import check_env
 
 import agent_gym  # noqa: F401  (registers the installed env packages)
+from agent_gym.core.contract import check_contract
 from $module import register
 
 register()  # also when this package is not installed (register() is idempotent)
@@ -391,8 +391,9 @@ def act(env, text):
     return template.encode(text) + list(template.end_of_turn_ids)
 
 
-def test_check_env(env):
-    check_env(env.unwrapped, skip_render_check=True)
+def test_contract():
+    """`agent-gym check $env_id`: spaces, types, seeding, snapshots, no drift, gymnasium's check_env."""
+    check_contract(ENV_ID, tokenizer=TOKENIZER).raise_if_failed()
 
 
 def test_reset_is_seeded(env):
