@@ -123,3 +123,47 @@ def test_an_env_without_astep_is_stepped_in_a_thread():
     obs, reward, *_ = asyncio.run(astep(env, 1))
     obs2, reward2, *_ = twin.step(1)
     assert obs.tolist() == obs2.tolist() and reward == reward2
+
+
+class _WaitingReset(gym.Env):
+    """An env whose reset waits (as a remote session or an agent program's does): it has ``areset``."""
+
+    observation_space = gym.spaces.Discrete(3)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self):
+        self.threads: list[str] = []
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.threads.append(threading.current_thread().name)
+        return 0, {"how": "sync"}
+
+    async def areset(self, *, seed=None, options=None):
+        await asyncio.sleep(0)
+        return 1, {"how": "async"}
+
+    def step(self, action):
+        return 2, 1.0, True, False, {}
+
+
+def test_areset_awaits_an_env_that_has_one_through_every_wrapper_layer():
+    from agent_gym.core.async_step import areset
+
+    env = gym.wrappers.TimeLimit(gym.wrappers.TransformObservation(
+        gym.wrappers.common.OrderEnforcing(_WaitingReset()), lambda o: o * 10, gym.spaces.Discrete(30)), max_episode_steps=5)
+    with pytest.raises(ResetNeeded):
+        env.step(0)
+    obs, info = asyncio.run(areset(env, seed=1))
+    assert (obs, info) == (10, {"how": "async"})  # awaited below, transformed on the way up
+    assert env.unwrapped.threads == []  # the blocking reset never ran
+    assert env.step(0)[0] == 20  # OrderEnforcing saw the reset
+    assert env._elapsed_steps == 1  # TimeLimit counted from zero
+
+
+def test_areset_of_an_env_without_one_is_its_plain_reset(make):
+    from agent_gym.core.async_step import areset
+
+    env = make()
+    obs, info = asyncio.run(areset(env, options={"task_id": "test-0"}))
+    assert info["task_id"] == "test-0" and obs["prompt_ids"].size > 0

@@ -1,4 +1,4 @@
-"""``await env.astep(action)`` on whatever ``gym.make`` returns.
+"""``await env.astep(action)`` (and ``await env.areset()``) on whatever ``gym.make`` returns.
 
 Gymnasium has no async step, and ``gym.make`` wraps every env in its own wrappers
 (``PassiveEnvChecker``, ``OrderEnforcing``, ``TimeLimit`` when the spec has a step limit), which since
@@ -22,7 +22,8 @@ layer's ``step`` would do, awaiting the layer below instead of blocking:
   defines its own ``astep`` is used as it is (this project's wrappers do).
 
 The innermost env is awaited through its own ``astep`` (every ``AgentEnv`` has one) or, for an env
-without one, stepped in a worker thread.
+without one, stepped in a worker thread. ``areset`` (:func:`areset`) does the same for ``reset`` where the
+innermost env has an ``areset`` of its own (an env whose reset waits); other envs reset synchronously.
 """
 
 from __future__ import annotations
@@ -34,9 +35,10 @@ import gymnasium as gym
 from gymnasium.error import ResetNeeded
 from gymnasium.wrappers import common
 
-__all__ = ["astep", "install", "mark_reset"]
+__all__ = ["areset", "astep", "install", "mark_reset"]
 
 StepResult = tuple[Any, Any, bool, bool, dict[str, Any]]
+ResetResult = tuple[Any, dict[str, Any]]
 
 
 async def astep(env: Any, action: Any) -> StepResult:
@@ -125,10 +127,80 @@ async def _wrapper_astep(self: gym.Wrapper, action: Any) -> StepResult:
     return await asyncio.to_thread(self.step, action)
 
 
+async def areset(env: Any, *, seed: int | None = None, options: dict[str, Any] | None = None) -> ResetResult:
+    """Reset any env or wrapper stack, awaiting the innermost env's ``areset`` where it has one.
+
+    An env whose reset waits on something outside (a remote session, an agent program's first request)
+    defines ``async def areset``; through gymnasium's wrappers each layer then does what its ``reset``
+    does (``OrderEnforcing`` notes the reset, ``TimeLimit`` zeroes its count, an observation wrapper
+    transforms) around the awaited inner reset. Any other env is reset as it always was, synchronously
+    (its reset is cheap: a thread hop would only cost).
+    """
+    method = getattr(env, "areset", None)
+    if method is not None:
+        return await method(seed=seed, options=options)
+    return env.reset(seed=seed, options=options)
+
+
+async def _forward_reset(self: gym.Wrapper, seed: int | None, options: dict[str, Any] | None) -> ResetResult:
+    return await areset(self.env, seed=seed, options=options)
+
+
+async def _order_enforcing_reset(self: common.OrderEnforcing, seed: int | None, options: dict[str, Any] | None) -> ResetResult:
+    self._has_reset = True
+    return await areset(self.env, seed=seed, options=options)
+
+
+async def _passive_env_checker_reset(self: common.PassiveEnvChecker, seed: int | None,
+                                     options: dict[str, Any] | None) -> ResetResult:
+    if self.checked_reset is False:  # the checker resets the inner env synchronously: once, in a thread
+        return await asyncio.to_thread(self.reset, seed=seed, options=options)
+    return await areset(self.env, seed=seed, options=options)
+
+
+async def _time_limit_reset(self: common.TimeLimit, seed: int | None, options: dict[str, Any] | None) -> ResetResult:
+    self._elapsed_steps = 0  # type: ignore[assignment]  # gymnasium types the counter as None before reset
+    return await areset(self.env, seed=seed, options=options)
+
+
+async def _observation_wrapper_reset(self: gym.ObservationWrapper, seed: int | None,
+                                     options: dict[str, Any] | None) -> ResetResult:
+    obs, info = await areset(self.env, seed=seed, options=options)
+    return self.observation(obs), info
+
+
+# The class that defines a layer's ``reset`` -> the async form of that ``reset``.
+_ASYNC_RESETS: dict[type, Callable[[Any, Any, Any], Awaitable[ResetResult]]] = {
+    gym.Wrapper: _forward_reset,
+    common.OrderEnforcing: _order_enforcing_reset,
+    common.PassiveEnvChecker: _passive_env_checker_reset,
+    common.TimeLimit: _time_limit_reset,
+    gym.ObservationWrapper: _observation_wrapper_reset,
+    gym.RewardWrapper: _forward_reset,
+    gym.ActionWrapper: _forward_reset,
+}
+
+
+async def _wrapper_areset(self: gym.Wrapper, *, seed: int | None = None, options: dict[str, Any] | None = None) -> ResetResult:
+    """Async :meth:`reset` of this wrapper (see :func:`areset`)."""
+    if getattr(self.unwrapped, "areset", None) is None:
+        return self.reset(seed=seed, options=options)  # nothing to await below: as it always was
+    owner = next(klass for klass in type(self).__mro__ if "reset" in vars(klass))
+    form = _ASYNC_RESETS.get(owner)
+    if form is not None:
+        return await form(self, seed, options)
+    own = vars(owner).get("areset")
+    if own is not None:
+        return await own(self, seed=seed, options=options)
+    return await asyncio.to_thread(self.reset, seed=seed, options=options)
+
+
 def install() -> None:
-    """Give ``gymnasium.Wrapper`` its ``astep`` (idempotent; never replaces an existing attribute)."""
+    """Give ``gymnasium.Wrapper`` its ``astep`` and ``areset`` (idempotent; never replaces an existing attribute)."""
     if "astep" not in vars(gym.Wrapper):
         gym.Wrapper.astep = _wrapper_astep  # type: ignore[attr-defined]
+    if "areset" not in vars(gym.Wrapper):
+        gym.Wrapper.areset = _wrapper_areset  # type: ignore[attr-defined]
 
 
 def mark_reset(env: Any, steps: int = 0) -> None:

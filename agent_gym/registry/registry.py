@@ -52,6 +52,7 @@ def register_env(
     description: str,
     tools: tuple[str, ...] | list[str] = (),
     package: str | None = None,
+    env_checker: bool = True,
     **kwargs: Any,
 ) -> EnvCard:
     """Register ``AgentR1/<name>`` with gymnasium (``name`` like ``"GSM8K-v0"``).
@@ -62,6 +63,9 @@ def register_env(
         description: one line for ``agent-gym list``.
         tools: names of the tools the env offers (for the listing).
         package: the distribution that provides the env.
+        env_checker: wrap the env in gymnasium's passive checker (its first ``reset`` and ``step``
+            validated against the spaces); ``False`` for an env whose ``reset`` and ``step`` wait on
+            something outside (the checker runs them synchronously).
         kwargs: default constructor arguments (``gym.make`` arguments override them).
     """
     env_id = name if name.startswith(f"{NAMESPACE}/") else f"{NAMESPACE}/{name}"
@@ -74,8 +78,9 @@ def register_env(
     _CARDS[env_id] = card
     if env_id not in gym.registry:
         # Episode limits are the env's own (turns, tokens): no TimeLimit wrapper, and the passive
-        # checker stays on so that gym.make validates observations against the chat-context space.
-        gym.register(id=env_id, entry_point=entry_point, kwargs=dict(kwargs), disable_env_checker=False)
+        # checker stays on (unless env_checker=False) so that gym.make validates observations against the
+        # chat-context space.
+        gym.register(id=env_id, entry_point=entry_point, kwargs=dict(kwargs), disable_env_checker=not env_checker)
     return card
 
 

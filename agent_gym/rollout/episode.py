@@ -26,7 +26,7 @@ from typing import Any, Awaitable, Callable, Mapping
 
 import numpy as np
 
-from agent_gym.core.async_step import astep
+from agent_gym.core.async_step import areset, astep
 from agent_gym.rollout.policy import Generation
 from agent_gym.trajectory import StepRecord, Trajectory
 
@@ -169,11 +169,8 @@ async def _reset(
     if task_id is not None:
         reset_options["task_id"] = str(task_id)
     started = time.perf_counter()
-    areset = getattr(env, "areset", None)  # an env whose reset waits (a remote session) awaits it
-    if areset is not None:
-        obs, reset_info = await areset(seed=seed, options=reset_options or None)
-    else:
-        obs, reset_info = env.reset(seed=seed, options=reset_options or None)
+    # an env whose reset waits (a remote session, an agent program's first request) is awaited
+    obs, reset_info = await areset(env, seed=seed, options=reset_options or None)
     return obs, reset_info, time.perf_counter() - started
 
 
