@@ -31,6 +31,10 @@ def test_every_registered_env_passes(env_id, tokenizer):
     report.raise_if_failed()
     assert [r.name for r in report.results] == list(CHECKS)
     for name in ("make", "spaces", "hooks", "reset", "step", "determinism", "no_drift", "invalid_action", "gymnasium"):
+        if name == "hooks" and gym.spec(env_id).entry_point.endswith(":AgentProgramEnv"):
+            # the one env whose context an outside program decides: it says so (own_episode_loop)
+            assert report[name].status == "skip" and "runs its own reset, step and astep" in report[name].detail
+            continue
         assert report[name].status == "pass", report[name]
     snapshot = report["snapshot"]
     # Only an env that cannot fork (it says why) or whose first scripted step ends it skips the round trip.

@@ -258,6 +258,9 @@ class _Checker:
         from agent_gym.core.env import AgentEnv
 
         cls = type(self.env.unwrapped)
+        reason = getattr(cls, "own_episode_loop", None)
+        if reason:
+            raise _Skipped(f"{cls.__name__} runs its own reset, step and astep: {reason}")
         hooks = {"reset": "on_reset(task)", "step": "respond(turn)", "astep": "arespond(turn)"}
         for name, hook in hooks.items():
             owner = next(k for k in cls.__mro__ if name in vars(k))

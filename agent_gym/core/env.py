@@ -144,6 +144,11 @@ class AgentEnv(gym.Env[Observation, np.ndarray], Generic[TaskT]):
     #: The instance attributes that hold an episode beyond the base class's (a game's board, its
     #: counters): :meth:`snapshot` deep-copies them, :meth:`restore` puts them back.
     episode_state: ClassVar[tuple[str, ...]] = ()
+    #: Why this env's ``reset``, ``step`` and ``astep`` are its own rather than this class's (``None``: they
+    #: are this class's, customised through the hooks). Only for an env whose context something outside
+    #: it decides (an agent program's requests, ``AgentR1/AgentProgram-v0``); ``agent-gym check`` skips its
+    #: hooks check with this reason.
+    own_episode_loop: ClassVar[str | None] = None
 
     @ends_kwargs_chain
     def __init__(

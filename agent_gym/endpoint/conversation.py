@@ -122,7 +122,7 @@ class Conversation:
     def _rewrite(self, request: ChatRequest) -> None:
         parser = self._parser(request.tools)
         messages = self._with_tools(self._for_template(request.messages, request, parser), request.tools, parser)
-        tools = request.tools if self.template.renders_tools else []
+        tools = request.tools  # the observation's offered tools; rendered only by a template that renders tools
         try:
             if self.context is None:
                 ctx = ChatContext.start(self.template, messages, tools)

@@ -161,8 +161,7 @@ class ChatCompletionsServer:
         self.models = list(models)
         self._sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer((host, port), _handler_class(self))
-        self._httpd.daemon_threads = True
+        self._httpd = _HTTPServer((host, port), _handler_class(self))
         address = self._httpd.server_address
         self.host, self.port = str(address[0]), int(address[1])
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.5},
@@ -201,6 +200,13 @@ class ChatCompletionsServer:
         self._httpd.shutdown()
         self._httpd.server_close()
         self._thread.join(timeout=5)
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    # Hundreds of programs may connect at once (an RL batch starting): the stdlib's backlog of 5 would
+    # drop their connections (a reset, or a SYN retried a second later).
+    request_queue_size = 1024
+    daemon_threads = True
 
 
 def _handler_class(server: ChatCompletionsServer) -> type[BaseHTTPRequestHandler]:
