@@ -53,6 +53,7 @@ from agent_gym.rollout import ScriptedPolicy, run_episodes
 DEMONSTRATIONS = {
     "AgentR1/GSM8KTool-v0": "agent_gym_gsm8k.demonstrations",
     "AgentR1/SearchQA-v0": "agent_gym_searchqa.demonstrations",
+    "AgentR1/SWE-v0": "agent_gym_swe.demonstrations",
 }
 
 

@@ -59,10 +59,17 @@ class Isolation:
             os.chmod(self.base, 0o711)
         self.iso["seccomp"] = bool(cfg["seccomp"]) and self.iso["arch"] in AUDIT_ARCH and seccomp_works(self.iso["arch"], self.errors)
         if self.iso["seccomp"]:
-            self.seccomp = Seccomp(self.iso["arch"])
+            self.seccomp = Seccomp(self.iso["arch"], bool(cfg.get("allow_processes")))
         os.environ.update(HOME=self.base, TMPDIR=self.base, USER="sandbox", LOGNAME="sandbox")
         if not self.iso["seccomp"] and cfg["seccomp"]:
             self.errors.append(f"seccomp not available on {self.iso['arch']}")
+        if cfg.get("allow_processes"):
+            missing = [layer for layer in ("setuid", "chroot", "netns") if not self.iso[layer]]
+            if missing:
+                raise RuntimeError(
+                    f"allow_processes needs the privileged layers, and {', '.join(missing)} could not be put in force "
+                    f"({'; '.join(self.errors) or 'not running as root'}): run as root (a container's root is enough)"
+                )
         if not self.iso["setuid"]:
             self.uids = list(range(cfg["max_workers"]))
         for name in cfg["preload"]:
@@ -87,7 +94,7 @@ class Isolation:
         except OSError as exc:
             self.errors.append(f"network namespace: {exc}")
         try:
-            self.base = build_root(self.read_roots, self.cfg.get("extra_ro_paths"), self.cfg["disk_mb"])
+            self.base = build_root(self.read_roots, self.cfg.get("extra_ro_paths"), self.cfg["disk_mb"], self.cfg.get("hidden_paths"))
             self.iso["chroot"] = True
         except OSError as exc:
             self.errors.append(f"mount namespace / chroot: {exc}")

@@ -56,6 +56,11 @@ class Pool:
         self.free_uids: list[int] = []  # filled from ``host.uids`` once start-up has claimed them
         self.counter = 0  # workers forked so far (names their work directories)
 
+    @property
+    def processes_possible(self) -> bool:
+        """Whether a worker may have started processes that outlive it (no seccomp, or processes allowed)."""
+        return not self.host.iso["seccomp"] or bool(self.cfg.get("allow_processes"))
+
     # -- starting and stopping -------------------------------------------------------------------------
 
     def spawn(self) -> Slot | None:
@@ -138,13 +143,13 @@ class Pool:
 
     def release(self, slot: Slot) -> None:
         """Give a reaped worker's uid back, once nothing of it is left: its processes, its directory."""
-        if slot.uid is not None and not self.host.iso["seccomp"]:
+        if slot.uid is not None and self.processes_possible:
             self.kill_uid(slot.uid)
         shutil.rmtree(slot.workdir, ignore_errors=True)
         self.free_uids.append(slot.uid_index)
 
     def kill_uid(self, uid: int) -> None:
-        """Kill every process of ``uid`` (only needed where seccomp cannot stop fork)."""
+        """Kill every process of ``uid`` (only needed where the code can start processes)."""
         pid = os.fork()
         if pid == 0:
             try:
@@ -168,7 +173,7 @@ class Pool:
                 os.waitpid(slot.pid, 0)
             except ChildProcessError:
                 pass
-            if slot.uid is not None and not self.host.iso["seccomp"]:
+            if slot.uid is not None and self.processes_possible:
                 self.kill_uid(slot.uid)
 
     # -- reading the pipes -----------------------------------------------------------------------------

@@ -92,9 +92,10 @@ def root_plan(read_roots: list[str], extra_ro_paths) -> tuple[list[tuple[str, st
     return links, binds
 
 
-def build_root(read_roots: list[str], extra_ro_paths, disk_mb: float) -> str:
+def build_root(read_roots: list[str], extra_ro_paths, disk_mb: float, hidden_paths=()) -> str:
     """Build the private root (see :func:`root_plan`) and ``chroot`` into it; returns the parent
-    directory of the work directories, as seen inside the root."""
+    directory of the work directories, as seen inside the root. ``hidden_paths`` that a bind shows
+    are covered: a directory by an empty read-only tmpfs, a file by ``/dev/null``."""
     unshare(CLONE_NEWNS)
     mount(None, "/", None, MS_REC | MS_PRIVATE)
     links, binds = root_plan(read_roots, extra_ro_paths)
@@ -129,6 +130,12 @@ def build_root(read_roots: list[str], extra_ro_paths, disk_mb: float) -> str:
             os.close(fd)
     for name in ("/etc", "/dev"):
         os.makedirs(root + name, mode=0o755, exist_ok=True)
+    for path in hidden_paths or ():
+        target = root + os.path.realpath(path)
+        if os.path.isdir(target):
+            mount("tmpfs", target, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0555")
+        elif os.path.lexists(target) and os.path.exists(root + "/dev/null"):
+            mount(root + "/dev/null", target, None, MS_BIND)
     # The work directories' parent is the root's own directory: never one that a bind shows or
     # holds (a virtualenv at /sandbox/venv would otherwise share it, or make it read-only).
     base = "/sandbox"

@@ -116,9 +116,16 @@ class Server:
                     self.pool.kill(session.slot, "closed")
         elif op == "stats":
             pool = self.pool
-            self.send({"op": "stats", "id": msg.get("id"), "workers": len(pool.slots), "idle": len(pool.idle), "busy": self.busy_count, "sessions": len(self.sessions), "pending": len(self.pending), "spawned": pool.counter})
+            self.send({"op": "stats", "id": msg.get("id"), "workers": len(pool.slots), "idle": len(pool.idle), "busy": self.busy_count, "sessions": len(self.sessions), "pending": len(self.pending), "spawned": pool.counter, "workdirs": self._workdirs()})
         elif op == "shutdown":
             self.shutdown()
+
+    def _workdirs(self) -> int:
+        """Work directories that exist now (one per live worker; what a leak would leave behind)."""
+        try:
+            return len(os.listdir(self.host.base))
+        except OSError:
+            return -1
 
     def _start_job(self, job: Job) -> None:
         slot = self.pool.take(None)

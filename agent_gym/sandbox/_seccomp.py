@@ -3,7 +3,9 @@
 No fork/vfork/execve, sockets of family AF_UNIX only, no connect/bind/listen/accept, ``sendto`` only
 without an address, signals to itself only, no ptrace, namespaces, mounts, io_uring, bpf, keys or
 module loading; ``clone3`` says ENOSYS so that glibc falls back to ``clone``, which may make threads
-only. Separate because it is the one part of the sandbox that is a kernel program: the syscall table,
+only. With processes allowed (``allow_processes``, only under a uid of the worker's own) fork, exec
+and ``clone`` without namespace flags are allowed, and so is ``kill``: the kernel lets a uid signal
+only its own processes. Separate because it is the one part of the sandbox that is a kernel program: the syscall table,
 the BPF it compiles to, its installation and the probe that checks the kernel honours it are read
 together, apart from the Python-level policy of the audit hook (``_guard.py``).
 """
@@ -48,7 +50,12 @@ def _errno_action(e: int) -> int:
     return 0x00050000 | (e & 0xFFFF)
 
 
-def seccomp_program(arch: str, pid: int) -> list[tuple[int, int, int, int]]:
+# clone flags that make new namespaces (CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET)
+_CLONE_NEW_NAMESPACES = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000
+_PROCESS_CALLS = ("fork", "vfork", "execve", "execveat", "tkill")
+
+
+def seccomp_program(arch: str, pid: int, allow_processes: bool = False) -> list[tuple[int, int, int, int]]:
     """The worker's filter as (code, jt, jf, k) instructions (see the module docstring)."""
     col = 0 if arch == "x86_64" else 1
     nr: dict[str, int] = {name: num for name, nums in _SYSCALLS.items() if (num := nums[col]) is not None}
@@ -63,12 +70,14 @@ def seccomp_program(arch: str, pid: int) -> list[tuple[int, int, int, int]]:
         p += [(_JGE, 0, 1, 0x40000000), (_RET, 0, 0, eperm)]
     p += [(_JEQ, 0, 1, nr["clone3"]), (_RET, 0, 0, _errno_action(errno.ENOSYS))]  # glibc falls back to clone
     for name in _DENY_EPERM:
-        if name in nr:
+        if name in nr and not (allow_processes and name in _PROCESS_CALLS):
             p += [(_JEQ, 0, 1, nr[name]), (_RET, 0, 0, eperm)]
     for name in _DENY_EACCES:
         p += [(_JEQ, 0, 1, nr[name]), (_RET, 0, 0, eacces)]
-    # clone: threads only (CLONE_THREAD set)
-    p += [(_JEQ, 0, 4, nr["clone"]), (_LD_W_ABS, 0, 0, 16), (_JSET, 0, 1, 0x00010000), (_RET, 0, 0, _ALLOW), (_RET, 0, 0, eperm)]
+    if allow_processes:  # clone: anything but new namespaces
+        p += [(_JEQ, 0, 4, nr["clone"]), (_LD_W_ABS, 0, 0, 16), (_JSET, 0, 1, _CLONE_NEW_NAMESPACES), (_RET, 0, 0, eperm), (_RET, 0, 0, _ALLOW)]
+    else:  # clone: threads only (CLONE_THREAD set)
+        p += [(_JEQ, 0, 4, nr["clone"]), (_LD_W_ABS, 0, 0, 16), (_JSET, 0, 1, 0x00010000), (_RET, 0, 0, _ALLOW), (_RET, 0, 0, eperm)]
     # socket: AF_UNIX only
     p += [(_JEQ, 0, 4, nr["socket"]), (_LD_W_ABS, 0, 0, 16), (_JEQ, 0, 1, 1), (_RET, 0, 0, _ALLOW), (_RET, 0, 0, eacces)]
     # sendto: only without a destination address (send() on a connected socket / socketpair)
@@ -76,6 +85,9 @@ def seccomp_program(arch: str, pid: int) -> list[tuple[int, int, int, int]]:
         (_JEQ, 0, 6, nr["sendto"]), (_LD_W_ABS, 0, 0, 48), (_JEQ, 0, 3, 0), (_LD_W_ABS, 0, 0, 52),
         (_JEQ, 0, 1, 0), (_RET, 0, 0, _ALLOW), (_RET, 0, 0, eacces),
     ]
+    if allow_processes:  # kill, tgkill: what the kernel allows a uid of the worker's own
+        p.append((_RET, 0, 0, _ALLOW))
+        return p
     # kill: itself, its process group (0) or -itself only
     p += [
         (_JEQ, 0, 6, nr["kill"]), (_LD_W_ABS, 0, 0, 16), (_JEQ, 3, 0, pid), (_JEQ, 2, 0, 0),
@@ -93,10 +105,10 @@ _PID_MARK = 0x7EADBEEF  # placeholder for the worker's pid in the precompiled pr
 class Seccomp:
     """The filter compiled once in the server; a worker only patches in its pid and installs it."""
 
-    def __init__(self, arch: str):
+    def __init__(self, arch: str, allow_processes: bool = False):
         _, self.libc = get_libc()
         import ctypes  # loaded by get_libc: a lookup in sys.modules, here in the server
-        prog = seccomp_program(arch, _PID_MARK)
+        prog = seccomp_program(arch, _PID_MARK, allow_processes)
         self.raw = bytearray(b"".join(struct.pack("HBBI", *ins) for ins in prog))
         self.pid_offsets = [i * 8 + 4 for i, ins in enumerate(prog) if ins[3] == _PID_MARK]
         self.neg_offsets = [i * 8 + 4 for i, ins in enumerate(prog) if ins[3] == (-_PID_MARK) & 0xFFFFFFFF]

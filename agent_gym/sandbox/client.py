@@ -374,7 +374,7 @@ class Sandbox:
         return SandboxSession(self, files=files, prelude=prelude)
 
     def stats(self) -> dict[str, Any]:
-        """Worker counts as the server sees them (``workers``, ``idle``, ``busy``, ``sessions``, ...)."""
+        """Worker counts as the server sees them (``workers``, ``idle``, ``busy``, ``sessions``, ``workdirs``, ...)."""
         return self._connection().submit({"op": "stats"}).result(timeout=30)
 
     def close(self) -> None:

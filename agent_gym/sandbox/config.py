@@ -51,6 +51,14 @@ class SandboxConfig:
         seccomp: install the seccomp-bpf filter in every worker (x86_64 and aarch64).
         audit_hook: install the audit hook in every worker (clear errors; file policy when not root).
         extra_ro_paths: host paths to show the code read-only inside the private root.
+        hidden_paths: host paths shown empty inside the private root, although a bind shows what holds
+            them (an env's answers, e.g. a task file inside an installed package).
+        allow_processes: let the code start processes (``subprocess``, a shell): the seccomp filter and
+            the audit hook then allow fork and exec (still no network sockets, namespaces, mounts or
+            ptrace). Only with the privileged layers in force (own uid per worker, private root, empty
+            network namespace; the server refuses to start without them), because then the kernel
+            bounds what those processes reach: ``max_threads`` processes per worker, no other uid's
+            processes or files. Whatever a worker started is killed when the worker ends.
         python: interpreter of the server (default: the current one).
         startup_timeout_s: how long to wait for the server to start (preloading pandas takes ~1 s).
     """
@@ -74,6 +82,8 @@ class SandboxConfig:
     seccomp: bool = True
     audit_hook: bool = True
     extra_ro_paths: tuple[str, ...] = ()
+    hidden_paths: tuple[str, ...] = ()
+    allow_processes: bool = False
     python: str | None = None
     startup_timeout_s: float = 60.0
 
@@ -94,6 +104,7 @@ class SandboxConfig:
         # Lists from JSON/gym.make kwargs become tuples so that the config stays hashable.
         object.__setattr__(self, "preload", tuple(self.preload))
         object.__setattr__(self, "extra_ro_paths", tuple(self.extra_ro_paths))
+        object.__setattr__(self, "hidden_paths", tuple(self.hidden_paths))
 
     @classmethod
     def coerce(cls, value: "SandboxConfig | dict[str, Any] | None") -> "SandboxConfig":
@@ -114,7 +125,7 @@ class SandboxConfig:
         data = asdict(self)
         data["preload"] = list(self.preload)
         data["extra_ro_paths"] = list(self.extra_ro_paths)
-        data["allow_processes"] = False
+        data["hidden_paths"] = list(self.hidden_paths)
         return data
 
 
