@@ -4,7 +4,9 @@
     agent-gym eval AgentR1/GSM8KTool-v0 --split test --in-order --episodes 1319 --model END --out end.jsonl
     python examples/compare_evals.py start.jsonl end.jsonl --csv per_task.csv
 
-Each FILE is the trajectory JSONL that ``agent-gym eval`` writes (any order; ``.jsonl.gz`` is read too).
+Each FILE is the trajectory JSONL that ``agent-gym eval`` writes (any order; ``.jsonl.gz`` is read too), or
+the per-task CSV that :func:`write_tasks` makes of one (``seed,task_id,correct,tool_calls,tool_errors``: what
+a comparison reads, a few dozen KB where the trajectories of 1,319 GSM8K episodes take 4 MB compressed).
 Episodes are paired by (seed, task id), so both files must hold the same episodes: two evals with the same
 ``--seed`` and ``--episodes`` (``--in-order`` for a fixed list of tasks). A task is solved when its last step's
 ``info["correct"]`` is True (``agent-gym eval``'s accuracy). ``--first N`` keeps the episodes of seeds
@@ -44,6 +46,8 @@ def read_episodes(path: str | Path) -> dict[Key, dict[str, Any]]:
     path = Path(path)
     if not path.is_file():
         raise CompareError(f"no trajectory file at {path}")
+    if path.suffix == ".csv":
+        return _task_rows(path)
     try:
         return _episodes(read_trajectories(path), path)  # plain or gzip-compressed JSONL
     except (OSError, ValueError) as exc:
@@ -67,6 +71,40 @@ def _episodes(trajectories: Any, path: Path) -> dict[Key, dict[str, Any]]:
         }
     if not out:
         raise CompareError(f"{path}: no trajectories")
+    return out
+
+
+TASK_COLUMNS = ("seed", "task_id", "correct", "tool_calls", "tool_errors")
+
+
+def write_tasks(path: str | Path, episodes: dict[Key, dict[str, Any]]) -> None:
+    """One evaluation's per-task CSV (TASK_COLUMNS, sorted by seed), which :func:`read_episodes` reads back."""
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(TASK_COLUMNS)
+        for key in sorted(episodes):
+            e = episodes[key]
+            writer.writerow((key[0], key[1], int(e["correct"]), e["tool_calls"], e["tool_errors"]))
+
+
+def _task_rows(path: Path) -> dict[Key, dict[str, Any]]:
+    out: dict[Key, dict[str, Any]] = {}
+    with open(path, newline="", encoding="utf-8") as fh:
+        reader = csv.DictReader(fh)
+        if tuple(reader.fieldnames or ()) != TASK_COLUMNS:
+            raise CompareError(f"{path}: a per-task CSV has the header {','.join(TASK_COLUMNS)} (got {reader.fieldnames})")
+        for line, row in enumerate(reader, 2):
+            try:
+                key = (int(row["seed"]), row["task_id"])
+                episode = {"correct": row["correct"] == "1", "tool_calls": int(row["tool_calls"]),
+                           "tool_errors": int(row["tool_errors"])}
+            except (TypeError, ValueError):
+                raise CompareError(f"{path}:{line}: not a row of {','.join(TASK_COLUMNS)}: {row}") from None
+            if key in out:
+                raise CompareError(f"{path}: seed {key[0]} (task {key[1]}) appears twice")
+            out[key] = episode
+    if not out:
+        raise CompareError(f"{path}: no tasks")
     return out
 
 
@@ -142,7 +180,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "the difference with its paired standard error, tasks gained and lost, and the sign test.",
         epilog="example: python examples/compare_evals.py start.jsonl end.jsonl --first 512 --csv per_task.csv",
     )
-    p.add_argument("start", help="the first evaluation's trajectories (JSONL or .jsonl.gz), e.g. before training")
+    p.add_argument("start", help="the first evaluation's trajectories (JSONL or .jsonl.gz) or per-task CSV, e.g. before training")
     p.add_argument("end", help="the second evaluation's, of the same episodes")
     p.add_argument("--first", type=int, default=None, metavar="N",
                    help="only the episodes of the first N seeds (with --in-order: the split's first N tasks)")

@@ -102,3 +102,18 @@ def test_sign_test_edges():
     assert ce.sign_test_p(0, 0) == 1.0
     assert ce.sign_test_p(3, 3) == 1.0
     assert ce.sign_test_p(10, 0) == pytest.approx(2 / 1024)
+
+
+def test_a_per_task_csv_pairs_like_its_trajectories(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = _write(tmp_path / "a.jsonl", START, errors=1), _write(tmp_path / "b.jsonl", END)
+    ce.write_tasks(tmp_path / "a.csv", ce.read_episodes(a))
+    assert (tmp_path / "a.csv").read_text().splitlines()[:2] == ["seed,task_id,correct,tool_calls,tool_errors", "0,test-0,1,2,1"]
+    assert ce.read_episodes(tmp_path / "a.csv") == ce.read_episodes(a)
+    assert ce.main([str(tmp_path / "a.csv"), str(b), "--json"]) == 0
+    from_csv = json.loads(capsys.readouterr().out)
+    assert ce.main([str(a), str(b), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == from_csv
+    assert from_csv["gained"] == 4 and from_csv["lost"] == 1
+    (tmp_path / "bad.csv").write_text("seed,task,correct\n0,x,1\n")
+    assert ce.main([str(tmp_path / "bad.csv"), str(b)]) == 1
+    assert "a per-task CSV has the header seed,task_id,correct,tool_calls,tool_errors" in capsys.readouterr().err
