@@ -6,13 +6,13 @@
     python3 examples/learning_units.py collect NAME --to DIR   # copy a unit's files so far (a running one too)
     python3 examples/learning_units.py list            # every unit, done or not
 
-A unit is one arm of a comparison: about 40 verl GRPO steps of a learn recipe
+A unit is one arm of a comparison: 30 verl GRPO steps of a learn recipe
 (examples/learn_smollm2-135m_gsm8k_tool.sh, BATCH=32 prompts x N=8 episodes a step, validation on the same
 512 held-out problems every 10 steps), then the greedy evaluation of its last adapter (merged) on the
 env's test problems in order (agent-gym eval). Its results live in RESULTS/NAME/ (RESULTS:
 docs/data/learning-units): metrics.jsonl (verl's, one line a step), metrics_partK.jsonl (the parts that
-equalise tokens), eval.json (the summary) and eval.jsonl.gz (the trajectories, for compare_evals.py),
-command.txt (what ran). A unit counts as done when eval.json is there, so committing a unit's folder
+equalise tokens), eval.json (the summary), eval_tasks.csv (per task: what compare_evals.py pairs; the
+trajectories themselves, 4 MB compressed for 1,319 episodes, stay in the run folder), command.txt (what ran). A unit counts as done when eval.json is there, so committing a unit's folder
 makes the next run take the next unit.
 
 Units, in order: step and concat credit on GSM8KTool for seeds 1, 2, 3 (concat trains on to the generated
@@ -29,7 +29,6 @@ Exit status: 0 on success (also when every unit is done), 1 when a command fails
 from __future__ import annotations
 
 import argparse
-import gzip
 import importlib.util
 import json
 import os
@@ -45,10 +44,11 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "data" / "learning-units"
 GSM8K_RECIPE = "examples/learn_smollm2-135m_gsm8k_tool.sh"
 SEARCHQA_RECIPE = "examples/learn_smollm2-135m_searchqa.sh"
-# Every unit's shape: 40 steps of 32 prompts x 8 episodes fit a lease with start-up and evaluation.
+# Every unit's shape: 30 steps of 32 prompts x 8 episodes (about 20.5 s a step on one H200, alone) fit a
+# 30-minute lease with start-up (5.5 minutes to the first step), the evaluation and a failed machine start.
 # vLLM's KV cache by size, not by share: the start model's evaluation shares the GPU at start-up, and a
 # share-based engine would count the other process's memory as its own.
-COMMON = {"STEPS": "40", "BATCH": "32", "N": "8", "TEST_FREQ": "10", "SAVE_FREQ": "10"}
+COMMON = {"STEPS": "30", "BATCH": "32", "N": "8", "TEST_FREQ": "10", "SAVE_FREQ": "10"}
 HYDRA = ["+actor_rollout_ref.rollout.engine_kwargs.vllm.kv_cache_memory_bytes=17179869184"]
 MAX_TOPUP_PARTS = 3
 TOPUP_SEED = 1000  # part k > 1 of seed s draws its problems with data.seed s + 1000 (k - 1)
@@ -90,8 +90,9 @@ class UnitError(Exception):
     """A unit that cannot run (a missing budget, a bad name)."""
 
 
-def _plot_module() -> Any:
-    spec = importlib.util.spec_from_file_location("plot_heldout_accuracy", ROOT / "examples" / "plot_heldout_accuracy.py")
+def _module(name: str) -> Any:
+    """examples/NAME.py, loaded from its file (examples/ is no package)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "examples" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -119,7 +120,7 @@ def metrics_files(folder: Path) -> list[Path]:
 
 def tokens_of(files: Sequence[Path]) -> tuple[float, int]:
     """(generated tokens, training steps) that verl's metric files of one run cover, parts end to end."""
-    plot = _plot_module()
+    plot = _module("plot_heldout_accuracy")
     return plot.token_totals(plot.split_parts([plot.read_metrics_file(p) for p in files]))
 
 
@@ -244,10 +245,10 @@ def collect(unit: Unit, paths: Paths, to: Path) -> list[Path]:
         if src.is_file():
             shutil.copyfile(src, dst)
             written.append(dst)
-    if (final / "eval.jsonl").is_file():
-        with (final / "eval.jsonl").open("rb") as fin, gzip.open(to / "eval.jsonl.gz", "wb") as fout:
-            shutil.copyfileobj(fin, fout)
-        written.append(to / "eval.jsonl.gz")
+    if (final / "eval.json").is_file():  # the trajectories are complete once the summary is written
+        compare = _module("compare_evals")
+        compare.write_tasks(to / "eval_tasks.csv", compare.read_episodes(final / "eval.jsonl"))
+        written.append(to / "eval_tasks.csv")
     return written
 
 

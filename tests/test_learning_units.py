@@ -3,6 +3,7 @@ folders laid out as a committed unit's (no GPU: nothing is trained or evaluated 
 
 from __future__ import annotations
 
+import gzip
 import importlib.util
 import json
 import shlex
@@ -66,7 +67,7 @@ def test_next_prints_the_first_units_exact_commands(tmp_path: Path, capsys: pyte
                         f"--out {p.models}/smollm2-135m-tool")
     assert lines[3].endswith(f"agent-gym export-verl AgentR1/GSM8KTool-v0 --split test --limit 512 --out {p.data}/gsm8k_tool_val512 --mode step")
     train = shlex.split(lines[4])
-    assert train[:12] == ["STEPS=40", "BATCH=32", "N=8", "TEST_FREQ=10", "SAVE_FREQ=10", "MODE=step", "DATA_SEED=1", "PART=1",
+    assert train[:12] == ["STEPS=30", "BATCH=32", "N=8", "TEST_FREQ=10", "SAVE_FREQ=10", "MODE=step", "DATA_SEED=1", "PART=1",
                           f"MODEL_PATH={p.models}/smollm2-135m-tool", f"RUN_DIR={p.runs}/gsm8k-step-seed1", "bash",
                           "examples/learn_smollm2-135m_gsm8k_tool.sh"]
     assert (ROOT / train[11]).is_file()
@@ -103,10 +104,18 @@ def test_collect_copies_a_runs_files_in_the_results_layout(tmp_path: Path) -> No
     write_metrics(run / "part1" / "metrics.jsonl", [900.0] * 3)
     write_metrics(run / "part2" / "metrics.jsonl", [900.0])
     (run / "final").mkdir(parents=True)
-    (run / "final" / "eval.jsonl").write_text('{"x": 1}\n')
-    (run / "final" / "eval.json").write_text("{}")
+    # a real `agent-gym eval` trajectory file (64 SearchQA episodes, 39 solved) as the unit's evaluation
+    with gzip.open(ROOT / "docs" / "data" / "searchqa-warmstart" / "warm64.jsonl.gz") as fh:
+        (run / "final" / "eval.jsonl").write_bytes(fh.read())
     (run / "command.txt").write_text("bash x\n")
     out = tmp_path / "out"
-    got = lu.collect(lu.BY_NAME["gsm8k-concat-seed1"], p, out)
-    assert sorted(f.name for f in got) == ["command.txt", "eval.json", "eval.jsonl.gz", "metrics.jsonl", "metrics_part2.jsonl"]
+    unit = lu.BY_NAME["gsm8k-concat-seed1"]
+    # before the summary the trajectories may be half written: no per-task file yet
+    assert sorted(f.name for f in lu.collect(unit, p, out)) == ["command.txt", "metrics.jsonl", "metrics_part2.jsonl"]
+    (run / "final" / "eval.json").write_text("{}")
+    got = lu.collect(unit, p, out)
+    assert sorted(f.name for f in got) == ["command.txt", "eval.json", "eval_tasks.csv", "metrics.jsonl", "metrics_part2.jsonl"]
     assert lu.tokens_of(lu.metrics_files(out)) == (3600.0, 4)
+    rows = (out / "eval_tasks.csv").read_text().splitlines()
+    assert rows[0] == "seed,task_id,correct,tool_calls,tool_errors" and len(rows) == 65
+    assert sum(line.split(",")[2] == "1" for line in rows[1:]) == 39
