@@ -303,6 +303,7 @@ def resolve_model(name_or_path: str | os.PathLike[str] | None = None) -> ModelSo
             Both come before anything heavy is imported or loaded.
     """
     text = DEFAULT_MODEL if name_or_path is None else os.fspath(name_or_path)
+    text = _builtin_for_cache_path(text) or text
     if text in BUILTIN_MODELS:
         gguf = _smollm2_gguf()
         adapter_name = BUILTIN_MODELS[text]
@@ -345,6 +346,30 @@ def resolve_model(name_or_path: str | os.PathLike[str] | None = None) -> ModelSo
             f"{text} is no built-in model, no file or folder, and the Hugging Face hub is unreachable (offline); "
             f"{model_kinds(text)}"
         ) from None
+
+
+_CACHE_FOLDER = re.compile(r"(?P<name>.+)-transformers\d+\.\d+")
+
+
+def _builtin_for_cache_path(text: str) -> str | None:
+    """The built-in model a machine-local folder of it stands for, or ``None``.
+
+    A built-in tokenizer's ``name_or_path`` is its built-in name (:func:`load_tokenizer` sets it), so
+    that a trajectory or a Ray worker can load it on any machine. Recordings made before said a folder:
+    its converted copy ``cache_dir()/tokenizers/NAME-transformersX.Y`` (one per transformers version,
+    gone with the cache), or the folder of its GGUF file (which holds no tokenizer.json, so transformers
+    would try to convert a slow tokenizer and ask for sentencepiece). Either names its built-in model.
+    """
+    path = Path(os.path.expanduser(text))
+    if path.parent.name == "tokenizers":
+        m = _CACHE_FOLDER.fullmatch(path.name)
+        if m and (m.group("name") in BUILTIN_MODELS or m.group("name") in GGUF_MODELS):
+            return m.group("name")
+    if not path.is_dir() or (path / "tokenizer.json").is_file() or (path / "tokenizer_config.json").is_file():
+        return None
+    files = {f.name for f in path.glob("*.gguf")}
+    found = ([BASE_MODEL] if _SMOLLM2_GGUF in files else []) + [n for n, spec in GGUF_MODELS.items() if spec.file in files]
+    return found[0] if len(found) == 1 else None
 
 
 # The hub's repo-id rule (huggingface_hub.utils.validate_repo_id): "name" or "org/name", ASCII letters,
@@ -432,6 +457,9 @@ def _load_tokenizer_cached(source: ModelSource) -> Any:
             cached = AutoTokenizer.from_pretrained(str(converted))
             if source.packaged is not None:
                 _check_packaged_tokenizer(cached, GGUF_MODELS[source.packaged])
+            # Its name, not this machine's cache folder: trajectories record it (replay loads it again
+            # from any cache state) and Ray workers load it by it.
+            cached.name_or_path = source.converted_name
             return cached
         except Exception:  # a stale, partial or wrongly read cache: rebuild it below
             pass
@@ -447,6 +475,7 @@ def _load_tokenizer_cached(source: ModelSource) -> Any:
     # transformers 5 print a warning on every decode.
     tok.clean_up_tokenization_spaces = False
     _save_atomically(tok, converted)
+    tok.name_or_path = source.converted_name  # not the GGUF's folder, which holds no tokenizer.json
     return tok
 
 

@@ -118,3 +118,95 @@ def test_the_main_jobs_own_trajectories_replay_identically(tmp_path, capsys):
     capsys.readouterr()
     assert main(["replay", str(out)]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "2 of 2 episodes matched (live tools)"
+
+
+# -- the recorded tokenizer, from any state of the model cache -------------------------------------------
+
+
+def _fresh_tokenizer_cache(monkeypatch, cache):
+    """AGENT_GYM_CACHE=cache (None: unset, with HOME in a temporary folder) and no tokenizer memoised."""
+    from agent_gym import models
+
+    if cache is None:
+        monkeypatch.delenv("AGENT_GYM_CACHE", raising=False)
+    else:
+        monkeypatch.setenv("AGENT_GYM_CACHE", str(cache))
+    models._load_tokenizer_cached.cache_clear()
+
+
+@pytest.fixture
+def clear_tokenizers():
+    from agent_gym import models
+
+    yield
+    models._load_tokenizer_cached.cache_clear()
+
+
+def test_a_builtin_tokenizer_is_named_by_its_builtin_name_cold_and_warm(tmp_path, monkeypatch, clear_tokenizers):
+    """The name a trajectory records: the built-in's, not this machine's cache folder or the GGUF's
+    package folder (which holds no tokenizer.json, so transformers would ask for sentencepiece)."""
+    from agent_gym.models import BASE_MODEL
+
+    _fresh_tokenizer_cache(monkeypatch, tmp_path / "cache")
+    cold = load_tokenizer()  # converted from the GGUF into the empty cache
+    assert cold.name_or_path == BASE_MODEL
+    assert (tmp_path / "cache" / "tokenizers").is_dir()
+    _fresh_tokenizer_cache(monkeypatch, tmp_path / "cache")
+    warm = load_tokenizer("smollm2-135m-tool")  # read from the cache folder; a LoRA shares its base's
+    assert warm.name_or_path == BASE_MODEL and warm is not cold
+    assert warm.get_vocab() == cold.get_vocab()
+
+
+def _edited_all(recorded, tmp_path, tokenizer_reference):
+    """The recording with every trajectory's tokenizer reference replaced."""
+    lines = [json.loads(line) for line in __import__("gzip").open(recorded, "rt")]
+    for line in lines:
+        line["metadata"]["tokenizer"] = tokenizer_reference
+    path = tmp_path / "retokenized.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def _gguf_package_folder():
+    from agent_gym.models import _smollm2_gguf
+
+    return str(_smollm2_gguf().parent)
+
+
+@pytest.mark.parametrize("reference, cache", [
+    ("builtin name", "warm"), ("builtin name", "missing"), ("GGUF package folder", "fresh"), ("GGUF package folder", "warm"),
+    ("cache folder of another transformers", "fresh"), ("cache folder of another machine", "warm"),
+])
+def test_a_recording_replays_from_any_model_cache_state(recorded, tmp_path, monkeypatch, clear_tokenizers, reference,
+                                                         cache):
+    """What a trajectory says of its tokenizer now (the built-in's name) and what recordings said before
+    (the folder of the GGUF when eval converted it, the cache folder when it read it: per transformers
+    version, and per machine) all load the recorded tokenizer, whatever AGENT_GYM_CACHE holds: a fresh
+    folder, none set (~/.cache/agent_gym of a new HOME), the one the recording was made with. No
+    sentencepiece or tiktoken is needed (the README's install has neither)."""
+    refs = {
+        "builtin name": "smollm2-135m-instruct",
+        "GGUF package folder": _gguf_package_folder(),
+        "cache folder of another transformers": str(tmp_path / "old" / "tokenizers" / "smollm2-135m-instruct-transformers4.57"),
+        "cache folder of another machine": "/home/someone/.cache/agent_gym/tokenizers/smollm2-135m-instruct-transformers5.24",
+    }
+    path = _edited_all(recorded, tmp_path, refs[reference])
+    if cache == "missing":
+        monkeypatch.setenv("HOME", str(tmp_path / "home"))
+        _fresh_tokenizer_cache(monkeypatch, None)
+    elif cache == "fresh":
+        _fresh_tokenizer_cache(monkeypatch, tmp_path / "fresh")
+    reports = agent_gym.replay(path, tools="recorded")
+    assert [(r.task_id, r.matched, r.steps) for r in reports] == [("test-0", True, 2), ("test-1", True, 2), ("test-2", True, 2)]
+    if cache == "missing":
+        assert (tmp_path / "home" / ".cache" / "agent_gym" / "tokenizers").is_dir()
+
+
+def test_a_recorded_tokenizer_that_does_not_load_is_one_line_naming_the_fix(recorded, tmp_path, capsys):
+    path = _edited_all(recorded, tmp_path, str(tmp_path / "gone" / "my-tokenizer"))
+    assert main(["replay", str(path), "--tools", "recorded"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert f"its recorded tokenizer '{tmp_path / 'gone' / 'my-tokenizer'}' does not load here" in err[0]
+    assert err[0].endswith("name one that does: agent-gym replay FILE --tokenizer NAME_OR_PATH")
+    assert main(["replay", str(path), "--tools", "recorded", "--tokenizer", "smollm2-135m-instruct"]) == 0

@@ -142,8 +142,17 @@ def _make_env(trajectory: Trajectory, tokenizer: Any, env_kwargs: Mapping[str, A
         )
     kwargs = dict(meta.get("env_kwargs") or {}) if env_kwargs is None else dict(env_kwargs)
     if tokenizer is None:
-        tokenizer = meta.get("tokenizer") or meta.get("model")
-    if not hasattr(tokenizer, "encode"):
+        recorded = meta.get("tokenizer") or meta.get("model")
+        try:
+            tokenizer = load_tokenizer(recorded)
+        except Exception as exc:  # noqa: BLE001 - whatever fails, the fix is to name the tokenizer
+            model = f" (the run's model was {meta['model']})" if meta.get("model") else ""
+            first = (str(exc).strip().splitlines() or [""])[0]
+            raise ValueError(
+                f"trajectory {trajectory.id}: its recorded tokenizer {recorded!r} does not load here "
+                f"({type(exc).__name__}: {first}); name one that does: agent-gym replay FILE --tokenizer NAME_OR_PATH{model}"
+            ) from exc
+    elif not hasattr(tokenizer, "encode"):
         tokenizer = load_tokenizer(tokenizer)
     require_env(trajectory.env_id)
     return gym.make(trajectory.env_id, tokenizer=tokenizer, **kwargs)
