@@ -2,7 +2,9 @@
 # The linters' CI: installs ruff and mypy at pinned versions into the active virtualenv (the README's
 # .venv, so that mypy sees the torch, transformers and gymnasium a user installs), then runs
 # `ruff check .` and `mypy` from the repository root, as configured in pyproject.toml ([tool.ruff]:
-# the rules; [tool.mypy]: the files, agent_gym and every trainers/*/agent_gym_* package).
+# the rules; [tool.mypy]: the files, agent_gym and every envs/*/agent_gym_* and trainers/*/agent_gym_*
+# package, and the optional dependencies whose imports are Any). The stubs of the typed-elsewhere
+# libraries the core uses (tqdm, jsonschema) are installed with mypy, pinned too.
 #
 #   bash .ci/lint.sh     # .venv activated (called by .ci/run right after the README's install)
 #
@@ -20,6 +22,7 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO"
 RUFF_VERSION=${RUFF_VERSION:-0.17.6}
 MYPY_VERSION=${MYPY_VERSION:-2.4.1}
+STUBS=("types-tqdm==4.70.0.20261122" "types-jsonschema==4.26.0.20261006")
 export MYPY_CACHE_DIR=${MYPY_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/agent-r1-gym/mypy}
 log() { printf '[lint %(%H:%M:%S)T] %s\n' -1 "$*"; }
 
@@ -28,9 +31,9 @@ if [[ -z ${VIRTUAL_ENV:-} ]]; then
   exit 1
 fi
 t0=$SECONDS
-python -m pip install -q --disable-pip-version-check "ruff==$RUFF_VERSION" "mypy==$MYPY_VERSION" \
-  || { log "pip install of ruff==$RUFF_VERSION mypy==$MYPY_VERSION failed"; exit 1; }
-log "installed ruff $RUFF_VERSION and mypy $MYPY_VERSION into $VIRTUAL_ENV in $((SECONDS - t0)) s"
+python -m pip install -q --disable-pip-version-check "ruff==$RUFF_VERSION" "mypy==$MYPY_VERSION" "${STUBS[@]}" \
+  || { log "pip install of ruff==$RUFF_VERSION mypy==$MYPY_VERSION ${STUBS[*]} failed"; exit 1; }
+log "installed ruff $RUFF_VERSION, mypy $MYPY_VERSION and ${STUBS[*]} into $VIRTUAL_ENV in $((SECONDS - t0)) s"
 
 status=0
 t0=$SECONDS

@@ -161,7 +161,7 @@ def progress_bar(total: int, enabled: bool, estimate: TurnEstimate | None = None
     from tqdm.auto import tqdm
 
     # disable=False: asked for, so shown even where TQDM_DISABLE silences other libraries' bars.
-    options = dict(total=total, desc="episodes", unit="ep", file=sys.stderr, dynamic_ncols=True, disable=False)
+    options: dict[str, Any] = dict(total=total, desc="episodes", unit="ep", file=sys.stderr, dynamic_ncols=True, disable=False)
     if estimate is None:
         return tqdm(**options)
     return _estimated_bar_class(tqdm)(estimate, bar_format=BAR_FORMAT, **options)

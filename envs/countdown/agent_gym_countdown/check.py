@@ -141,25 +141,21 @@ def check_expression(expression: str, numbers: Sequence[int], target: int) -> An
                 return AnswerCheck("operator_not_allowed", expression, detail=f"operator {_op_name(node.op)} is not allowed; use + - * /")
         elif isinstance(node, ast.UnaryOp):
             return AnswerCheck("operator_not_allowed", expression, detail="unary signs are not allowed; write binary + - * / only")
-        elif isinstance(node, ast.Constant):
-            value = node.value
-            if isinstance(value, float) and value.is_integer():
-                value = int(value)
-            if not isinstance(value, int):
-                return AnswerCheck("number_not_given", expression, detail=f"{node.value!r} is not one of the given numbers {list(numbers)}")
-    literals = [int(n.value) for n in _in_order(tree)]  # reading order
+        elif isinstance(node, ast.Constant) and _integer(node) is None:
+            return AnswerCheck("number_not_given", expression, detail=f"{node.value!r} is not one of the given numbers {list(numbers)}")
+    literals = [number for n in _in_order(tree) if (number := _integer(n)) is not None]  # reading order: all of them
     used = tuple(literals)
     available = Counter(int(n) for n in numbers)
     counts = Counter(literals)
-    for value in counts:
-        if value not in available:
-            return AnswerCheck("number_not_given", expression, numbers_used=used, detail=f"{value} is not one of the given numbers {list(numbers)}")
-    for value, times in counts.items():
-        if times > available[value]:
-            given = available[value]
+    for number in counts:
+        if number not in available:
+            return AnswerCheck("number_not_given", expression, numbers_used=used, detail=f"{number} is not one of the given numbers {list(numbers)}")
+    for number, times in counts.items():
+        if times > available[number]:
+            given = available[number]
             return AnswerCheck(
                 "number_reused", expression, numbers_used=used,
-                detail=f"{value} is used {times} times but given {given} time{'s' if given != 1 else ''}",
+                detail=f"{number} is used {times} times but given {given} time{'s' if given != 1 else ''}",
             )
     try:
         value = _exact_value(tree)
@@ -168,6 +164,14 @@ def check_expression(expression: str, numbers: Sequence[int], target: int) -> An
     if value == target:
         return AnswerCheck("correct", expression, value, used, detail=f"{expression} = {target}")
     return AnswerCheck("wrong_value", expression, value, used, detail=f"{expression} = {value}, not {target}")
+
+
+def _integer(node: ast.Constant) -> int | None:
+    """The integer a literal writes (``4`` or ``4.0``), or ``None`` (``2.5``, a string, ``True``)."""
+    value = node.value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _op_name(op: ast.operator) -> str:
@@ -195,7 +199,7 @@ def _exact_value(tree: ast.expr) -> Fraction:
     while stack:
         node, done = stack.pop()
         if isinstance(node, ast.Constant):
-            values.append(Fraction(int(node.value)))
+            values.append(Fraction(_integer(node) or 0))  # check_expression accepted integer literals only
         elif isinstance(node, ast.BinOp):
             if not done:
                 stack.append((node, True))

@@ -330,10 +330,11 @@ def solve(level: SokobanLevel, max_states: int = 200_000) -> str | None:
             parents[child] = (state, _LETTER[direction])
             if new_boxes == targets:
                 path = []
-                node: Any = child
-                while parents[node] is not None:
-                    node, letter = parents[node]
+                step = parents[child]
+                while step is not None:
+                    node, letter = step
                     path.append(letter)
+                    step = parents[node]
                 return "".join(reversed(path))
             if len(parents) >= max_states:
                 return None

@@ -182,7 +182,7 @@ class MCPTaskEnv(AgentEnv[dict[str, Any]]):
         **kwargs: Any,
     ):
         demo = tasks is None
-        if demo:
+        if tasks is None:
             split = "train" if split is None else split
             if split not in DEMO_SPLITS:
                 raise ValueError(f"unknown split {split!r} for the MCPTask-v0 demo; known: {', '.join(DEMO_SPLITS)}")

@@ -105,7 +105,7 @@ def load_questions(path: str | os.PathLike[str], split: str = "train") -> list[S
         FileNotFoundError: no such file.
         ValueError: a line lacks a field or has empty answers (file and line named), or the file is empty.
     """
-    tasks = []
+    tasks: list[SearchQATask] = []
     for number, record in _records(path, "questions"):
         try:
             tasks.append(task_from_mapping(record, default_id=f"{split}-{len(tasks)}"))

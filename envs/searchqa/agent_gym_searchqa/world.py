@@ -22,11 +22,13 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence, TypeVar
 
 import numpy as np
 
 __all__ = ["WORLD_SEED", "Entity", "World", "generate_world"]
+
+_T = TypeVar("_T")
 
 #: The seed of the default world: the corpus (and so its index hash) is the same in every process.
 WORLD_SEED = 1729
@@ -146,7 +148,7 @@ class _Names:
         self.rng = rng
         self.taken: set[str] = set()
 
-    def pick(self, options: tuple[str, ...] | list[str]) -> str:
+    def pick(self, options: Sequence[_T]) -> _T:
         return options[int(self.rng.integers(0, len(options)))]
 
     def word(self, syllables: int, *, vowel_end: bool = False) -> str:
