@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
 import urllib.request
 import zlib
 from fractions import Fraction
@@ -91,7 +90,7 @@ def _chat(base_url: str, api_key: str, body: Mapping[str, Any]) -> dict[str, Any
         headers={"Content-Type": "application/json", "Authorization": f"Bearer {api_key}"},
     )
     with urllib.request.urlopen(request, timeout=600) as response:
-        return json.loads(response.read())["choices"][0]["message"]  # type: ignore[no-any-return]
+        return json.loads(response.read())["choices"][0]["message"]
 
 
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
@@ -127,4 +126,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

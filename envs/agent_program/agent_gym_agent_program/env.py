@@ -109,7 +109,7 @@ class AgentProgramEnv(AgentEnv[dict[str, Any]]):
             raise ValueError(f"time_limit_s must be > 0, got {time_limit_s}")
         self.demo = tasks is None
         if self.demo:
-            self.split = split or "train"
+            self.split: str | None = split or "train"
             if self.split not in DEMO_SPLITS:
                 raise ValueError(f"unknown split {self.split!r} for the AgentProgram-v0 demo; known: {', '.join(DEMO_SPLITS)}")
             self.tasks: TaskList[dict[str, Any]] | None = None
@@ -291,11 +291,12 @@ class AgentProgramEnv(AgentEnv[dict[str, Any]]):
         content = parsed.content if not parsed.errors else _without_calls(text, parsed)
         ended = self._end_len(ids) > 0
         finish = "tool_calls" if calls else "stop" if ended else "length"
-        self._reply = {"role": "assistant", "content": content or (None if calls else ""), **({"tool_calls": calls} if calls else {})}
+        reply_content = content or (None if calls else "")
+        self._reply = {"role": "assistant", "content": reply_content, **({"tool_calls": calls} if calls else {})}
         self._assistant = {"role": "assistant", "content": text, **({"tool_calls": calls} if calls else {})}
         pending, self._pending = self._pending, None
         pending.reply(completion(completion_id=pending.completion_id, model=request.model or "agent-gym-policy",
-                                 content=self._reply["content"], tool_calls=calls, finish_reason=finish,
+                                 content=reply_content, tool_calls=calls, finish_reason=finish,
                                  prompt_tokens=len(self.context), completion_tokens=len(ids)))
         return turn, None
 
@@ -412,7 +413,7 @@ class AgentProgramEnv(AgentEnv[dict[str, Any]]):
         future = self._session.next_event()
         started = time.perf_counter()
         try:
-            return future.result(timeout=max(0.0, self.time_limit_s - self._program_s))  # type: ignore[no-any-return]
+            return future.result(timeout=max(0.0, self.time_limit_s - self._program_s))
         except concurrent.futures.TimeoutError:
             future.cancel()
             return None
@@ -424,7 +425,7 @@ class AgentProgramEnv(AgentEnv[dict[str, Any]]):
         future = self._session.next_event()
         started = time.perf_counter()
         try:
-            return await asyncio.wait_for(asyncio.wrap_future(future), max(0.0, self.time_limit_s - self._program_s))  # type: ignore[no-any-return]
+            return await asyncio.wait_for(asyncio.wrap_future(future), max(0.0, self.time_limit_s - self._program_s))
         except asyncio.TimeoutError:
             return None
         finally:

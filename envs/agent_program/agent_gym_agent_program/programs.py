@@ -72,7 +72,7 @@ def load_callable(spec: str, what: str = "program") -> Callable[..., Any]:
         raise ValueError(f"{what} {spec!r}: cannot import it ({type(exc).__name__}: {exc})") from None
     if not callable(found):
         raise ValueError(f"{what} {spec!r} is not callable")
-    return found  # type: ignore[no-any-return]
+    return found
 
 
 class ProgramSpec:

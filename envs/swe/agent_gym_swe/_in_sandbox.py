@@ -72,6 +72,7 @@ def _run(command: str, cwd: str, timeout_s: float, limit: int):
                             stderr=subprocess.STDOUT, start_new_session=True, env=_env())
     out, dropped = bytearray(), 0
     deadline = time.monotonic() + timeout_s
+    assert proc.stdout is not None  # stdout=PIPE
     fd = proc.stdout.fileno()
     timed_out = False
     while True:
@@ -196,13 +197,15 @@ def _files(root: str) -> dict:
 
 def _changed(root: str, limit: int) -> dict:
     """Files of ``root`` that differ from the pristine repository: path -> base64 content, None if deleted."""
-    pristine = {}
+    pristine: dict[str, bytes] = {}
     with tarfile.open(fileobj=io.BytesIO(_PRISTINE), mode="r:gz") as tar:
         for m in tar.getmembers():
-            if m.isfile():
-                pristine[os.path.normpath(m.name)] = tar.extractfile(m).read()
+            member = tar.extractfile(m) if m.isfile() else None
+            if member is not None:
+                pristine[os.path.normpath(m.name)] = member.read()
     now = _files(root)
-    changes, size = {}, 0
+    changes: dict[str, str | None] = {}
+    size = 0
     for path, full in sorted(now.items()):
         with open(full, "rb") as f:
             data = f.read()
@@ -226,7 +229,7 @@ _OUTCOME = re.compile(r"^(PASSED|FAILED|ERROR|XFAIL|XPASS|SKIPPED) (\S+?)(?: - .
 
 def parse_outcomes(text: str) -> dict:
     """pytest's ``-rA`` summary lines -> {test id: outcome}."""
-    out = {}
+    out: dict[str, str] = {}
     for line in text.splitlines():
         m = _OUTCOME.match(line.strip())
         if m and "::" in m.group(2):
@@ -243,7 +246,8 @@ def grade(test_command: str, source_globs: list, timeout_s: float, limit: int) -
     import shutil
 
     changes = _changed(REPO, 64 << 20)
-    kept, ignored = {}, []
+    kept: dict[str, str | None] = {}
+    ignored: list[str] = []
     for path, content in changes.items():
         name = os.path.basename(path)
         source = any(fnmatch.fnmatch(path, g) for g in source_globs) and not (name.startswith("test_") or name == "conftest.py")
@@ -266,7 +270,9 @@ _SECTION = re.compile(r"^_{3,} (.+?) _{3,}$")
 def failure_lines(text: str, sections: int = 3, lines: int = 20) -> list:
     """The ``E`` lines (what went wrong, without the test's name) of the first failure sections of a
     pytest report: what a problem statement is written from."""
-    out, current, inside = [], None, False
+    out: list[list[str]] = []
+    current: list[str] | None = None
+    inside = False
     for line in text.splitlines():
         if line.startswith("=") and "FAILURES" in line or line.startswith("=") and "ERRORS" in line:
             inside = True

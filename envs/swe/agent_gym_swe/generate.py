@@ -202,7 +202,7 @@ async def _generate(spec: RepoSpec, mutations: int, combos: int, seed: int, conc
     singles = sites[:mutations]
     await asyncio.gather(*(attempt([s]) for s in singles))
     single_kept = list(kept)
-    pairs = []
+    pairs: list[list[tuple[str, Mutation]]] = []
     for _ in range(combos * 4):
         if len(single_kept) < 2 or len(pairs) >= combos:
             break

@@ -154,7 +154,7 @@ def apply_mutation(source: str, m: Mutation) -> str:
         new = _replace_span(source, m, ast.unparse(node))
     elif op == "off_by_one":
         node = _find(tree, m, (ast.Constant,))
-        assert isinstance(node, ast.Constant)
+        assert isinstance(node, ast.Constant) and isinstance(node.value, int)  # the sites are integer constants
         new = _replace_span(source, m, repr(node.value + (1 if m.variant == 0 else -1)))
     elif op == "change_constant":
         node = _find(tree, m, (ast.Constant,))

@@ -190,7 +190,7 @@ def load_tasks(path: str | os.PathLike[str], *, repo: str | os.PathLike[str] | N
         raise FileNotFoundError(f"task file {p} does not exist")
     opener = gzip.open if p.suffix == ".gz" else open
     tasks = []
-    with opener(p, "rt", encoding="utf-8") as f:  # type: ignore[operator]
+    with opener(p, "rt", encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
