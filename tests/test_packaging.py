@@ -1,5 +1,8 @@
 """Packaging: an env package's wheel, installed with the core's wheel into a clean virtualenv, works.
 
+(What every distribution's wheel and sdist hold, the default model's LoRA weights among them, is
+tests/test_wheels.py's, in CI's wheel stage, .ci/wheels.sh, which builds them all.)
+
 How the test gets a clean environment without a package index:
 
 1. Wheels. The core (``agent-r1-gym``) and the Countdown env (``agent-r1-gym-countdown``) are built
@@ -170,24 +173,6 @@ def test_core_wheel_holds_no_weights(clean_venv):
     with zipfile.ZipFile(core_whl) as zf:
         weights = [n for n in zf.namelist() if n.endswith((".safetensors", ".bin", ".gguf", ".pt"))]
     assert weights == []
-
-
-def test_adapter_wheel_holds_the_default_models_lora(tmp_path):
-    """The default model (smollm2-135m-tool) merges the adapter of agent-r1-gym-smollm2-135m-tool at load
-    time: every file of that package's folder is in its wheel, byte for byte."""
-    src = tmp_path / "src"
-    shutil.copytree(REPO_ROOT / "models" / "smollm2-135m-tool", src, ignore=_IGNORE)
-    wheel = _build_wheel(src, tmp_path)
-    package = REPO_ROOT / "models" / "smollm2-135m-tool" / "agent_gym_smollm2_135m_tool"
-    files = {f"agent_gym_smollm2_135m_tool/{p.name}": p for p in package.iterdir() if p.is_file()}
-    assert {"agent_gym_smollm2_135m_tool/adapter_config.json",
-            "agent_gym_smollm2_135m_tool/adapter_model.safetensors"} <= set(files)
-    with zipfile.ZipFile(wheel) as zf:
-        in_wheel = {n for n in zf.namelist() if n.startswith("agent_gym_smollm2_135m_tool/")}
-        assert in_wheel == set(files)
-        for name, path in files.items():
-            assert zf.read(name) == path.read_bytes(), name
-    assert _requirements(wheel) == []
 
 
 def test_countdown_wheel_works_in_a_clean_venv(clean_venv):

@@ -95,6 +95,41 @@ def test_the_metadata_has_one_version_and_pins_it(project: Path):
     assert meta["Description-Content-Type"] == "text/markdown" and meta.get_payload().strip(), "no readme on the package's page"
 
 
+def _normalised(requirements: list[str]) -> list[str]:
+    from packaging.requirements import Requirement  # build's own dependency
+
+    return sorted(str(Requirement(r)) for r in requirements)
+
+
+@pytest.mark.parametrize("project", PROJECTS, ids=str)
+def test_the_metadata_says_what_the_pyproject_says(project: Path):
+    """Requirements (extras included), entry points and scripts, as the pyproject declares them."""
+    tomllib = pytest.importorskip("tomllib")
+    declared = tomllib.loads((REPO_ROOT / project / "pyproject.toml").read_text())["project"]
+    wheel = _built(project, "-py3-none-any.whl")
+    meta = _metadata(wheel)
+    want = list(declared.get("dependencies", []))
+    for extra, reqs in declared.get("optional-dependencies", {}).items():
+        want += [f'{r}; extra == "{extra}"' for r in reqs]
+    assert _normalised(meta.get_all("Requires-Dist") or []) == _normalised(want)
+    groups = dict(declared.get("entry-points", {}))
+    if "scripts" in declared:
+        groups["console_scripts"] = declared["scripts"]
+    with zipfile.ZipFile(wheel) as zf:
+        names = [n for n in zf.namelist() if n.endswith(".dist-info/entry_points.txt")]
+        text = zf.read(names[0]).decode() if names else ""
+    found: dict[str, dict[str, str]] = {}
+    group = ""
+    for line in text.splitlines():
+        if line.startswith("["):
+            group = line.strip("[]")
+            found[group] = {}
+        elif "=" in line:
+            key, value = (s.strip() for s in line.split("=", 1))
+            found[group][key] = value
+    assert found == groups
+
+
 @pytest.mark.parametrize("project", PROJECTS, ids=str)
 def test_the_sdist_holds_the_package_files_and_the_pyproject(project: Path):
     sdist = _built(project, ".tar.gz")
