@@ -31,7 +31,7 @@ if [[ -z ${VIRTUAL_ENV:-} ]]; then
   exit 1
 fi
 t0=$SECONDS
-python -m pip install -q --disable-pip-version-check "ruff==$RUFF_VERSION" "mypy==$MYPY_VERSION" "${STUBS[@]}" \
+python -m pip install -q --no-compile --disable-pip-version-check "ruff==$RUFF_VERSION" "mypy==$MYPY_VERSION" "${STUBS[@]}" \
   || { log "pip install of ruff==$RUFF_VERSION mypy==$MYPY_VERSION ${STUBS[*]} failed"; exit 1; }
 log "installed ruff $RUFF_VERSION, mypy $MYPY_VERSION and ${STUBS[*]} into $VIRTUAL_ENV in $((SECONDS - t0)) s"
 

@@ -20,7 +20,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1 TOKENIZERS_PARALLELISM=false
 kept=$(mktemp)
 trap 'rm -f "$kept"' EXIT
 python -m pip freeze | grep -iE '^(torch|transformers|tokenizers|numpy)==' > "$kept"
-python -m pip install -q -c "$kept" -e trainers/openenv
+python -m pip install -q --no-compile -c "$kept" -e trainers/openenv
 if ! python -m pip freeze | grep -iE '^(torch|transformers|tokenizers|numpy)==' | diff "$kept" -; then
   echo "openenv CI: installing trainers/openenv changed the versions above" >&2
   exit 1

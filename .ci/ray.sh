@@ -20,7 +20,7 @@ if [[ -z ${VIRTUAL_ENV:-} ]]; then
   log "no virtualenv is active: activate the README's .venv first (. .venv/bin/activate)"
   exit 1
 fi
-python -m pip install -q --disable-pip-version-check "ray==$RAY_VERSION" 2>&1 | grep -v -E '^WARNING: Location|is ignored: it is neither'
+python -m pip install -q --no-compile --disable-pip-version-check "ray==$RAY_VERSION" 2>&1 | grep -v -E '^WARNING: Location|is ignored: it is neither'
 [[ ${PIPESTATUS[0]} -eq 0 ]] || { log "pip install ray==$RAY_VERSION failed"; exit 1; }
 log "ray $(python -c 'import ray; print(ray.__version__)')"
 python -m pytest tests/test_ray_pool.py "tests/test_doc_blocks.py" -k "ray" -q -p no:cacheprovider -rs

