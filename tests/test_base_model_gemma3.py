@@ -20,16 +20,17 @@ import pytest
 
 import agent_gym  # noqa: F401 - registers the envs
 import agent_gym.models as models
-from agent_gym.chat.builtin import CHAT_TEMPLATES, builtin_chat_template, resolve_chat_template
 from agent_gym.chat.conformance import check_no_drift
-from agent_gym.chat.template import ChatTemplate
+from agent_gym.chat.template import ChatTemplate, resolve_chat_template
 from agent_gym.cli.main import main
 from agent_gym.models import (
+    CHAT_TEMPLATES,
     GEMMA3_BASE_MODEL,
     GGUF_MODELS,
     DefaultModelNotInstalled,
     ModelPackagesMissing,
     ModelSource,
+    builtin_chat_template,
     builtin_names,
     resolve_model,
 )
@@ -190,7 +191,7 @@ def test_the_tokenizer_is_gemmas_with_the_completion_template(gemma):
 def test_built_in_template_names():
     assert list(CHAT_TEMPLATES) == ["completion"]
     text = builtin_chat_template("completion")
-    assert text == (REPO / "agent_gym" / "chat" / "templates" / "completion.j2").read_text()
+    assert text == (REPO / "agent_gym" / "chat_templates" / "completion.j2").read_text()
     assert resolve_chat_template("completion") == text and resolve_chat_template(None) is None
     assert resolve_chat_template("{{ messages }}") == "{{ messages }}"
     with pytest.raises(ValueError, match=r"chat_template must be jinja text or a built-in name \(completion\); got 'complete'"):

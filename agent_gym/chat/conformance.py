@@ -415,7 +415,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     template = None
     if args.chat_template:
-        from agent_gym.chat.builtin import CHAT_TEMPLATES, builtin_chat_template
+        from agent_gym.models import CHAT_TEMPLATES, builtin_chat_template
 
         if args.chat_template in CHAT_TEMPLATES and not os.path.isfile(args.chat_template):
             template = builtin_chat_template(args.chat_template)

@@ -32,9 +32,9 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, Sequence
 
-from agent_gym.chat.builtin import resolve_chat_template
+from agent_gym.models import CHAT_TEMPLATES, builtin_chat_template
 
-__all__ = ["ChatTemplate", "ChatTemplateError"]
+__all__ = ["ChatTemplate", "ChatTemplateError", "resolve_chat_template"]
 
 # Never produced by a tokenizer's normaliser and never special: a safe marker to split rendered text.
 _PLACEHOLDER = "\u2063AGENTGYMPLACEHOLDER\u2063"
@@ -51,6 +51,25 @@ _PROBE_CALL = (
 _CompiledSuffix = tuple[list[str | int], Callable[[str], str] | None] | Literal[False]
 
 
+def resolve_chat_template(value: str | None) -> str | None:
+    """A ``chat_template=`` argument as jinja text: a built-in name becomes its template, jinja text
+    (anything with ``{{`` or ``{%``) is returned as it is, ``None`` stays ``None``.
+
+    Raises:
+        ValueError: a string that is neither a built-in name nor a jinja template (a template without
+            any jinja markup could not render the messages).
+    """
+    if value is None:
+        return None
+    if value in CHAT_TEMPLATES:
+        return builtin_chat_template(value)
+    if "{{" in value or "{%" in value:
+        return value
+    raise ValueError(
+        f"chat_template must be jinja text or a built-in name ({', '.join(CHAT_TEMPLATES)}); got {value[:60]!r}"
+    )
+
+
 class ChatTemplateError(ValueError):
     """The tokenizer's chat template cannot be used the way an agent env needs."""
 
@@ -61,7 +80,7 @@ class ChatTemplate:
     Args:
         tokenizer: any Hugging Face tokenizer with a chat template.
         chat_template: a jinja chat template that replaces the tokenizer's own (optional), or the
-            name of a built-in one (:data:`agent_gym.chat.builtin.CHAT_TEMPLATES`: ``"completion"``).
+            name of a built-in one (:data:`agent_gym.models.CHAT_TEMPLATES`: ``"completion"``).
         tool_role: ``"tool"`` to render tool results with the template's ``tool`` role, ``"user"`` to
             render them as user messages wrapped in ``<tool_response>`` tags, ``None`` (default) to use
             ``tool`` when the template renders it and fall back to ``user`` when it cannot.

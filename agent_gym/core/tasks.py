@@ -184,8 +184,8 @@ def make_on_split(
     """
     import gymnasium as gym
 
-    import agent_gym  # noqa: F401  (registers every installed env package)
-
+    # The installed env packages are registered: `import agent_gym`, which registers them, ran before
+    # any module of agent_gym could (and importing the package from here would be an upward import).
     try:
         gym.spec(env_id)
     except gym.error.Error as exc:

@@ -95,7 +95,8 @@ class EnvWorker:
     """
 
     def __init__(self, env_id: str, env_kwargs: Mapping[str, Any], tokenizer: str | None, max_idle: int):
-        import agent_gym  # noqa: F401  (registers the installed env packages; gives wrappers astep)
+        # Ray imports this module in the worker to find the class, so `import agent_gym` has run there
+        # first: the installed env packages are registered and gymnasium's wrappers have astep.
         from agent_gym.models import load_tokenizer
 
         self.env_id = env_id
