@@ -28,7 +28,8 @@ from typing import Any, Mapping, Sequence
 from agent_gym.chat.context import ChatContext
 from agent_gym.chat.template import ChatTemplate
 from agent_gym.endpoint.wire import APIError, ChatRequest
-from agent_gym.tools.parsing import ToolCallParser, get_parser
+from agent_gym.tools.formats import get_parser
+from agent_gym.tools.parsing import ToolCallParser
 
 __all__ = ["Conversation", "same_reply"]
 

@@ -14,8 +14,8 @@ that only use tools stay lightweight.
 from agent_gym.tools.base import Tool, ToolError, tool
 from agent_gym.tools.calculator import CalculatorError, calculator, evaluate_arithmetic, format_number
 from agent_gym.tools.executor import ERROR_KINDS, ToolExecutor, ToolResult, count_errors
+from agent_gym.tools.formats import PARSERS, describe_tools, get_parser, register_parser
 from agent_gym.tools.parsing import (
-    PARSERS,
     BaseToolCallParser,
     HermesParser,
     ParsedResponse,
@@ -23,9 +23,6 @@ from agent_gym.tools.parsing import (
     ToolCall,
     ToolCallError,
     ToolCallParser,
-    describe_tools,
-    get_parser,
-    register_parser,
 )
 from agent_gym.tools.pythonic import PythonicParser
 from agent_gym.tools.qwen3_coder import Qwen3CoderParser

@@ -50,7 +50,8 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agent_gym.tools.base import Tool, ToolError
-from agent_gym.tools.parsing import ToolCallParser, get_parser
+from agent_gym.tools.formats import get_parser
+from agent_gym.tools.parsing import ToolCallParser
 
 __all__ = [
     "INSTALL_HINT",

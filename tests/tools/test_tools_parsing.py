@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from agent_gym.tools import HermesParser, ParsedResponse, ToolCall, ToolCallError, get_parser
-from agent_gym.tools.parsing import PARSERS, ToolCallParser
+from agent_gym.tools.formats import PARSERS
+from agent_gym.tools.parsing import ToolCallParser
 from agent_gym.tools.pythonic import PythonicParser
 from agent_gym.tools.qwen3_coder import Qwen3CoderParser
 
