@@ -4,8 +4,9 @@
 #
 #   bash .ci/trl.sh            # from the repository root, .venv activated (called by .ci/run)
 #
-# TRL_LATEST (default 1.16.0) is installed with its dependencies; torch must stay the one the README
-# installed (the script fails if pip replaced it). TRL_OLDEST (default 1.14.2; empty skips it) is laid over
+# TRL_LATEST (default 1.16.0) is installed with its dependencies; torch and transformers must stay the
+# ones the README installed and the core's tests ran on (the script fails if pip replaced either; the
+# transformers range is capped alike in pyproject.toml and trainers/trl/pyproject.toml). TRL_OLDEST (default 1.14.2; empty skips it) is laid over
 # it in a temporary folder on PYTHONPATH (trl alone, --no-deps: its dependencies are the same). 1.15.0 is
 # outside the supported range: it cannot compute log-probs with a torch build without Triton (CPU).
 # Prints one summary line per trl version and exits non-zero if any test failed or none ran.
@@ -20,12 +21,13 @@ start=$SECONDS
 log() { printf '[trl-ci %(%H:%M:%S)T] %s\n' -1 "$*"; }
 quiet_pip() { python -m pip "$@" 2>&1 | grep -v -E '^WARNING: Location|is ignored: it is neither' ; return "${PIPESTATUS[0]}"; }
 
-torch_before=$(python -c 'import torch; print(torch.__version__)') || { log "no torch in $(command -v python)"; exit 1; }
+versions() { python -c 'from importlib.metadata import version as v; print("torch", v("torch"), "transformers", v("transformers"))'; }
+before=$(versions) || { log "no torch or transformers in $(command -v python)"; exit 1; }
 log "installing trl==$TRL_LATEST and -e trainers/trl into $(python -c 'import sys; print(sys.prefix)')"
 quiet_pip install -q --no-compile "trl==$TRL_LATEST" -e trainers/trl || { log "pip install failed"; exit 1; }
-torch_after=$(python -c 'import torch; print(torch.__version__)')
-if [[ $torch_after != "$torch_before" ]]; then
-  log "installing trl replaced torch $torch_before with $torch_after"
+after=$(versions)
+if [[ $after != "$before" ]]; then  # the core's tests ran on $before: the adapter must run on the same
+  log "installing trl moved the README install's packages: $before -> $after (pin the range in pyproject.toml)"
   exit 1
 fi
 log "set up in $((SECONDS - start)) s: $(python -c 'from importlib.metadata import version as v; print("trl", v("trl"), "transformers", v("transformers"), "torch", v("torch"), "datasets", v("datasets"))')"

@@ -187,3 +187,24 @@ def test_countdown_wheel_works_in_a_clean_venv(clean_venv):
     assert report["entry_points"] == ["agent_gym_countdown:register"]
     assert report["task_id"].startswith("train-easy-") and report["prompt_len"] > 0
     assert (report["reward"], report["terminated"], report["answer_check"]) == (1.0, True, "correct")
+
+
+def test_the_trl_adapter_caps_transformers_where_the_core_does_and_the_install_is_inside():
+    """`pip install -e trainers/trl` cannot move the core's transformers out of the range CI tests: the
+    adapter declares the core's cap, and this environment (the README's install) is inside the range."""
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    from importlib.metadata import version
+
+    from packaging.requirements import Requirement
+
+    repo = Path(__file__).resolve().parents[1]
+
+    def transformers_of(pyproject):
+        deps = tomllib.loads((repo / pyproject).read_text())["project"]["dependencies"]
+        [req] = [Requirement(d) for d in deps if Requirement(d).name == "transformers"]
+        return req.specifier
+
+    core, trl = transformers_of("pyproject.toml"), transformers_of("trainers/trl/pyproject.toml")
+    caps = {name: {s.version for s in spec if s.operator == "<"} for name, spec in (("core", core), ("trl", trl))}
+    assert caps["core"] and caps["core"] == caps["trl"], caps
+    assert core.contains(version("transformers")) and trl.contains(version("transformers"))
