@@ -74,24 +74,50 @@ def _run(command: str, cwd: str, timeout_s: float, limit: int):
     deadline = time.monotonic() + timeout_s
     assert proc.stdout is not None  # stdout=PIPE
     fd = proc.stdout.fileno()
+    os.set_blocking(fd, False)
     timed_out = False
+
+    def take(chunk: bytes) -> None:
+        nonlocal dropped
+        room = limit - len(out)
+        if room > 0:
+            out.extend(chunk[:room])
+        dropped += max(0, len(chunk) - max(room, 0))
+
+    # Until the command itself exits (a background process may hold the pipe open after it) or the
+    # time is up; then whatever the pipe holds at that moment.
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
             timed_out = True
             break
-        ready, _, _ = select.select([fd], [], [], min(left, 1.0))
-        if not ready:
-            if proc.poll() is not None:
+        ready, _, _ = select.select([fd], [], [], min(left, 0.05))
+        if ready:
+            try:
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:
+                chunk = None
+            if chunk:
+                take(chunk)
+                continue
+            if chunk == b"":
+                try:
+                    proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    timed_out = True
                 break
-            continue
-        chunk = os.read(fd, 65536)
-        if not chunk:
+        if proc.poll() is not None:
+            while True:
+                try:
+                    chunk = os.read(fd, 65536)
+                except (BlockingIOError, OSError):
+                    break
+                if not chunk:
+                    break
+                take(chunk)
+                if len(out) >= limit:
+                    break
             break
-        room = limit - len(out)
-        if room > 0:
-            out += chunk[:room]
-        dropped += max(0, len(chunk) - max(room, 0))
     # Every other process of this uid (the command's and whatever it left behind in the background):
     # kill(-1) reaches exactly those, never this worker, the server or another episode.
     try:
