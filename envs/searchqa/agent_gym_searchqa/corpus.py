@@ -1,11 +1,14 @@
-"""Passages and questions: the generated world's, or your own Search-R1-format JSONL files.
+"""Passages and questions: the generated world's, or your own Search-R1-format files.
 
 Corpus: one JSON object a line, ``{"id": ..., "contents": ...}`` as Search-R1 (and FlashRAG) write
 it, ``contents`` usually ``"Title"\\nText`` (the title on the first line, often in double quotes); a
 ``title`` field, where present, is the title and ``contents`` the text. Questions: one object a
-line, ``{"question": ..., "golden_answers": [...]}`` with an optional ``id``. Either file may be
-gzip-compressed (``.gz``). The whole corpus is read into memory, which suits up to a few hundred
-thousand passages.
+line, ``{"question": ..., "golden_answers": [...]}`` with an optional ``id``, or a Parquet file as
+Search-R1's data scripts write it (:func:`question_record`: ``question`` / ``golden_answers`` where
+the row has them, else ``prompt`` and ``reward_model.ground_truth.target``; ``data_source`` names the
+row's difficulty). A JSONL file may be gzip-compressed (``.gz``). The whole corpus is read into
+memory, which suits up to a few hundred thousand passages; a bigger one goes behind a retrieval
+server (:mod:`agent_gym_searchqa.server`).
 """
 
 from __future__ import annotations
@@ -15,12 +18,12 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Any, Iterator, Mapping
 
 from agent_gym_searchqa.questions import SearchQATask, task_from_mapping
 from agent_gym_searchqa.world import World
 
-__all__ = ["Passage", "load_corpus", "load_questions", "world_passages"]
+__all__ = ["Passage", "load_corpus", "load_questions", "question_record", "split_contents", "world_passages"]
 
 
 @dataclass(frozen=True)
@@ -59,7 +62,64 @@ def _records(path: str | os.PathLike[str], what: str) -> Iterator[tuple[int, dic
             yield number, record
 
 
-def _split_contents(contents: str) -> tuple[str, str]:
+def _parquet_records(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict]]:
+    """``(row number from 1, row)`` of a Parquet file (pyarrow, imported here only)."""
+    file = Path(path)
+    if not file.is_file():
+        raise FileNotFoundError(f"questions file {file} does not exist (pass a JSONL or Parquet file)")
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise ImportError(
+            f"reading {file} needs pyarrow: pip install pyarrow (or pip install 'agent-r1-gym-searchqa[parquet]')"
+        ) from None
+    table = pq.read_table(file)
+    for number, row in enumerate(table.to_pylist(), 1):
+        yield number, row
+
+
+def _prompt_question(prompt: Any) -> str | None:
+    """The question inside a Search-R1 prompt: the text after the last ``Question:`` of its last user
+    message (its data scripts write ``... Question: {question}\\n``)."""
+    if not isinstance(prompt, (list, tuple)):
+        return None
+    users = [m.get("content") for m in prompt if isinstance(m, Mapping) and m.get("role") == "user"]
+    if not users or not isinstance(users[-1], str) or "Question:" not in users[-1]:
+        return None
+    return users[-1].rsplit("Question:", 1)[1].strip() or None
+
+
+def question_record(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A question row of Search-R1's files as :func:`~agent_gym_searchqa.questions.task_from_mapping` takes it.
+
+    Search-R1's data scripts (``nq_search.py``, ``qa_search_train_merge.py``) keep the source's ``id``,
+    ``question`` and ``golden_answers`` and add ``data_source``, ``prompt`` (the chat, the question at
+    the end of its user message), ``ability``, ``reward_model`` (``{"style", "ground_truth": {"target":
+    [...]}}``) and ``extra_info`` (``{"split", "index"}``); verl's ``preprocess_search_r1_dataset.py``
+    keeps only the added columns, with the question in ``extra_info.question``. So: the question is
+    ``question``, else ``extra_info.question``, else read from ``prompt``; the answers are
+    ``golden_answers``, else ``reward_model.ground_truth.target``; ``data_source``, where there is one,
+    is the task's difficulty (results then split by dataset). Other columns are ignored.
+    """
+    record: dict[str, Any] = {key: row[key] for key in ("id", "difficulty", "hops", "supporting_docs") if row.get(key) is not None}
+    extra_info = row.get("extra_info")
+    extra: Mapping[str, Any] = extra_info if isinstance(extra_info, Mapping) else {}
+    question = row.get("question") or extra.get("question") or _prompt_question(row.get("prompt"))
+    if question is not None:
+        record["question"] = question
+    answers = row.get("golden_answers")
+    if answers is None:
+        reward_model = row.get("reward_model")
+        truth = reward_model.get("ground_truth") if isinstance(reward_model, Mapping) else None
+        answers = truth.get("target") if isinstance(truth, Mapping) else truth
+    if answers is not None:
+        record["golden_answers"] = answers
+    if "difficulty" not in record and row.get("data_source"):
+        record["difficulty"] = str(row["data_source"])
+    return record
+
+
+def split_contents(contents: str) -> tuple[str, str]:
     """Search-R1's ``"Title"\\nText`` -> (title, text); one line -> (its first words, the line)."""
     head, sep, rest = contents.partition("\n")
     if not sep:
@@ -90,7 +150,7 @@ def load_corpus(path: str | os.PathLike[str]) -> list[Passage]:
             if sep and first.strip().strip('"') == title:
                 text = rest.strip()  # "Title\nText" with the title given again: keep the text once
         else:
-            title, text = _split_contents(contents)
+            title, text = split_contents(contents)
         passages.append(Passage(doc_id, title, text))
     if not passages:
         raise ValueError(f"the corpus file {path} holds no passages")
@@ -98,19 +158,25 @@ def load_corpus(path: str | os.PathLike[str]) -> list[Passage]:
 
 
 def load_questions(path: str | os.PathLike[str], split: str = "train") -> list[SearchQATask]:
-    """Questions from a JSONL file of ``{"question", "golden_answers"}`` (optional ``id``; without
-    one, a question's id is ``"<split>-<n>"``, n counting from 0 in file order).
+    """Questions from a JSONL file of ``{"question", "golden_answers"}`` (optional ``id``) or a Parquet
+    file in Search-R1's layout (``.parquet``; :func:`question_record`). Without an id, a question's id
+    is ``"<split>-<n>"``, n counting from 0 in file order.
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: a line lacks a field or has empty answers (file and line named), or the file is empty.
+        ImportError: a Parquet file without pyarrow installed (the message names the install).
+        ValueError: a line or row lacks a field or has empty answers (file and line or row named), or
+            the file is empty.
     """
+    parquet = Path(path).suffix == ".parquet"
+    rows = _parquet_records(path) if parquet else _records(path, "questions")
+    where = "row " if parquet else ""
     tasks: list[SearchQATask] = []
-    for number, record in _records(path, "questions"):
+    for number, record in rows:
         try:
-            tasks.append(task_from_mapping(record, default_id=f"{split}-{len(tasks)}"))
+            tasks.append(task_from_mapping(question_record(record), default_id=f"{split}-{len(tasks)}"))
         except ValueError as exc:
-            raise ValueError(f"{path}:{number}: {exc}") from None
+            raise ValueError(f"{path}:{where}{number}: {exc}") from None
     if not tasks:
         raise ValueError(f"the questions file {path} holds no questions")
     return tasks

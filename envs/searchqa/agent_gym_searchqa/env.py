@@ -57,7 +57,9 @@ class SearchQAEnv(AgentEnv):
             for the generated world's questions only.
         corpus: a JSONL file of ``{"id", "contents"}`` (optional ``title``), Search-R1's format, instead
             of the generated world (:mod:`agent_gym_searchqa.corpus`); needs ``questions=``.
-        questions: a JSONL file of ``{"question", "golden_answers"}`` (optional ``id``).
+        questions: a JSONL file of ``{"question", "golden_answers"}`` (optional ``id``), or a Parquet file
+            as Search-R1's data scripts write it (``.parquet``, needs pyarrow;
+            :func:`~agent_gym_searchqa.corpus.question_record`).
         world_seed: the seed of the generated world (default :data:`~agent_gym_searchqa.world.WORLD_SEED`).
         top_k: passages per search (default 3).
         snippet_chars: characters of each passage's text a search shows (default 200).
