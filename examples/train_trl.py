@@ -133,6 +133,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--steps-per-generation must be >= 1, got {args.steps_per_generation}")
     if args.env_workers is not None and args.env_workers < 1:
         p.error(f"--env-workers must be >= 1, got {args.env_workers}")
+    cap = os.environ.get("AGENT_GYM_MAX_STEPS")
+    if cap:
+        # A short run of the command as written (CI runs the docs' training commands so): the same set-up,
+        # the same batches, fewer optimizer steps.
+        if not cap.isdigit() or int(cap) < 1:
+            p.error(f"AGENT_GYM_MAX_STEPS must be a number of steps >= 1, got {cap!r}")
+        if int(cap) < args.steps:
+            print(f"AGENT_GYM_MAX_STEPS={cap}: training {cap} of the {args.steps} optimizer steps", file=sys.stderr)
+            args.steps = int(cap)
     if args.tree is not None and args.env_workers is not None:
         p.error("--tree forks env states in the trainer's process: it does not go with --env-workers")
     if args.tree is not None and args.num_generations < 2:

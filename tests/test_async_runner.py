@@ -253,3 +253,21 @@ def test_a_cheap_policy_does_not_hold_prompts_back_for_slow_episodes(tokenizer):
     assert result.trajectories[1].final_info["tool_errors"] == 0
     # with a fixed 5 s wait the calculator episode's prompts would have waited for the sandbox episode's: [2, 2, 2]
     assert policy.calls == [2, 1, 1, 1, 1]
+
+
+def test_an_error_of_the_episodes_comes_out_of_run_sync_alone():
+    """run_sync asks asyncio whether a loop runs; outside one that raises "no running event loop". An error
+    of the coroutine must not come chained to it: the traceback then showed that RuntimeError first, read
+    as the cause (a TRL run with env workers reported it instead of its real error)."""
+    from agent_gym.rollout.async_runner import run_sync
+
+    class WorkerFailed(Exception):
+        pass
+
+    async def fails():
+        raise WorkerFailed("env worker 1 of 2 did not start")
+
+    with pytest.raises(WorkerFailed) as caught:
+        run_sync(fails)
+    assert caught.value.__context__ is None and caught.value.__cause__ is None
+    assert run_sync(lambda: asyncio.sleep(0, result=7)) == 7

@@ -333,7 +333,12 @@ def run_sync(make_coroutine: Callable[[], Any]) -> Any:
     """
     try:
         asyncio.get_running_loop()
+        running = True
     except RuntimeError:
+        running = False
+    if not running:
+        # Outside the except block: an error of the episodes must not come chained to asyncio's
+        # "no running event loop", which reads as the cause while it is only how this call asked.
         return _run_on_new_loop(make_coroutine)
     box: dict[str, Any] = {}
 

@@ -93,3 +93,36 @@ def test_too_few_env_slots_and_a_tokenizer_the_workers_cannot_load_are_refused(t
                                          r"EnvRollout\(tokenizer=NAME_OR_PATH\)"):
         EnvRollout(policy=CalculatorPolicy(tokenizer), env_workers=1, tokenizer=unnamed)(prompts, trainer)
     assert not ray.is_initialized()  # refused before any worker started
+
+
+def test_a_grpo_step_through_trainer_train_with_envs_in_two_ray_workers(tmp_path, tokenizer):
+    """The path `train_trl.py --env-workers 2` takes: TRL's own generation backend (no policy=) calls the
+    rollout inside trainer.train(), the envs step in 2 Ray workers, and the optimizer step runs on what
+    they returned."""
+    from trl import GRPOTrainer
+
+    from agent_gym.models import load_causal_lm
+
+    ds = env_dataset("AgentR1/ArithmeticTool-v0", n=2, env_kwargs={"level": 1, "few_shot": True}, tokenizer=tokenizer)
+    rollout = EnvRollout(env_workers=2)
+    trainer = GRPOTrainer(
+        model=load_causal_lm("smollm2-135m-instruct"),
+        reward_funcs=env_reward,
+        args=grpo_args(tmp_path, max_steps=1, max_completion_length=48),
+        train_dataset=ds,
+        processing_class=tokenizer,
+        rollout_func=rollout,
+    )
+    assert not ray.is_initialized()
+    try:
+        result = trainer.train()
+        assert result.global_step == 1
+        [pool] = rollout._ray_pools.values()
+        assert pool.num_workers == 2 and all(w["episodes"] == 0 for w in pool.workers())
+        assert len(rollout.last_trajectories) == 4
+        assert all(t.env_id == "AgentR1/ArithmeticTool-v0" and t.steps for t in rollout.last_trajectories)
+        assert {t.metadata["tokenizer"] for t in rollout.last_trajectories} == {"smollm2-135m-instruct"}
+        assert [h for h in trainer.state.log_history if "loss" in h], trainer.state.log_history
+    finally:
+        rollout.close()
+    assert not ray.is_initialized()
