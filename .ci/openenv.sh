@@ -26,7 +26,8 @@ if ! python -m pip freeze | grep -iE '^(torch|transformers|tokenizers|numpy)==' 
   exit 1
 fi
 python -m pytest trainers/openenv/tests -q
-# docs/openenv.md's examples, each against the serve command the page gives it (tests/doc_blocks.py);
+# docs/openenv.md's examples, each against the serve command the page gives it, and every other doc
+# block that needs the adapter (the README's `agent-gym serve`, to its arguments) (tests/doc_blocks.py);
 # the main suite skips them, as its virtualenv has no openenv-core then.
-AGENT_GYM_DOC_BLOCKS_NO_SKIP=1 python -m pytest tests/test_doc_blocks.py -q -k docs/openenv.md
+AGENT_GYM_DOC_BLOCKS_NO_SKIP=1 python -m pytest tests/test_doc_blocks.py -q -k "docs/openenv.md or needs-agent_gym_openenv"
 echo "openenv CI: $(( $(date +%s) - start )) s"

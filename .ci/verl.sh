@@ -58,6 +58,13 @@ run_tests() {  # name
   log "$name: $("$venv/bin/python" -c 'from importlib.metadata import version as v; print("verl", v("verl"), "transformers", v("transformers"), "torch", v("torch"))')"
   (cd "$REPO" && "$venv/bin/python" -m pytest tests/verl -q -p no:cacheprovider --durations=10) 2>&1 | tee "$out"
   rc=${PIPESTATUS[0]}
+  if [[ $name == verl09 ]]; then
+    # The doc blocks that need verl (the README's and docs/verl.md's GPU commands), which the README's tests
+    # skip: each command to its arguments, the run scripts composing verl's config (AGENT_GYM_VERL_DRY_RUN).
+    (cd "$REPO" && AGENT_GYM_DOC_BLOCKS_NO_SKIP=1 "$venv/bin/python" -m pytest tests/test_doc_blocks.py -q \
+      -p no:cacheprovider -k "(needs-verl or needs-agent_gym_verl) and not needs-vllm" --durations=3) 2>&1 | tee -a "$out"
+    [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
+  fi
   SUMMARY+=("$name: $(grep -E '^[0-9]+ (passed|failed)|^=+ .*(passed|failed|error)' "$out" | tail -n1 | tr -d '=' | sed 's/^ *//') (exit $rc)")
   rm -f "$out"
   [[ $rc -eq 0 ]]

@@ -8,14 +8,33 @@ highlighting by the first word only, so a marker costs no line of the page:
     ```bash doctest-serve          one server command: started in the background (not waited for) for
                                    the page's later doctest-with-serve blocks
     ```python doctest-with-serve   run while the nearest doctest-serve block above it on the page serves
-    ```python no-run: REASON       never run; REASON says why (a sketch, a placeholder path, a GPU, a cluster)
+    ```bash doctest-args: REASON   run as written in the repository root, but every Python program in it
+                                   stops right after its argument parsing (tests/doc_args/sitecustomize.py):
+                                   a GPU, a cluster, a run of minutes or hours, a publish; REASON says which
+    ```bash doctest-ci: STAGE      run as written by the CI stage STAGE (a file under .ci/, and what of it),
+                                   not here: the README's install, main job and tests (.ci/run reads them
+                                   from the README), the adapters' test scripts
+    ```python no-run: REASON       never run, only compiled; REASON says why (a sketch with placeholders)
 
-Options after a doctest marker:
+Every python and bash block carries one of them (a block of output, JSON or a template carries none).
+The runner never installs anything: every ``pip`` command of a block, in every mode, runs only as far
+as the arguments (its options parse, its local folders are projects, its requirements well formed);
+the CI stages install what the pages say to (the README's install, .ci/trl.sh, .ci/ray.sh, ...).
+
+Options after a doctest or doctest-args marker:
 
 - ``needs=MODULE[,MODULE]``: where a module cannot be imported (an optional package: openenv-core, trl,
-  the Gemma 3 GGUF parts) the block is skipped, with a reason naming the package and its install;
+  ray, verl, the Gemma 3 GGUF parts) the block is skipped, with a reason naming the package and its
+  install; the CI stage that installs it runs the block (AGENT_GYM_DOC_BLOCKS_NEEDS=MODULE selects them);
 - ``cwd=repo``: run in the repository root instead, for a block that names the repository's files;
-- ``timeout=SECONDS`` (default 300).
+- ``timeout=SECONDS`` (default 300);
+- ``args-only=PROGRAM[,PROGRAM]``: those programs of a doctest block (``twine``, ``build``: a console
+  script's, a script's or a ``python -m`` module's name) stop after their argument parsing, the rest runs;
+- ``cache=fresh``: run with an empty AGENT_GYM_CACHE, as on a machine that never built the models;
+- ``max-steps=N``: run with AGENT_GYM_MAX_STEPS=N, which the training examples (examples/train_trl.py)
+  read as a cap on their optimizer steps, saying so: the command as written, stopped after N steps.
+- ``continues``: run right after the page's runnable block above it, in the same folder (a walkthrough
+  split by prose: the block above writes what this one installs or builds).
 
 A top-level ``print(...)  # TEXT`` line of a python block claims its output: every such TEXT must be a
 line of the program's stdout, in the order of the prints. A bash block passes on its exit status. The
@@ -48,9 +67,14 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
-RUN_MARKERS = ("doctest", "doctest-serve", "doctest-with-serve")
+RUN_MARKERS = ("doctest", "doctest-serve", "doctest-with-serve", "doctest-args")
 NO_RUN = "no-run"
-OPTIONS = ("needs", "cwd", "timeout")
+IN_CI = "doctest-ci"
+OPTIONS = ("needs", "cwd", "timeout", "args-only", "cache", "max-steps")
+FLAGS = ("continues",)
+#: The markers that take a reason after a colon.
+REASONED = (NO_RUN, IN_CI, "doctest-args")
+ARGS_DIR = Path(__file__).resolve().parent / "doc_args"
 LANGUAGES = ("python", "bash")
 DEFAULT_TIMEOUT_S = 300.0
 SERVER_READY_TIMEOUT_S = 180.0
@@ -87,6 +111,11 @@ class Block:
     needs: tuple[str, ...] = ()
     cwd_repo: bool = False
     timeout_s: float = DEFAULT_TIMEOUT_S
+    args_only: tuple[str, ...] = ()  # programs stopped after their argument parsing ("*": every one)
+    fresh_cache: bool = False
+    max_steps: int | None = None
+    continues: bool = False
+    previous: "Block | None" = field(default=None, repr=False)  # a continues block's predecessor on the page
     error: str = ""  # why the info string does not parse (MarkerError's text); empty when it does
     server: "Block | None" = field(default=None, repr=False)  # a doctest-with-serve block's server
 
@@ -97,7 +126,12 @@ class Block:
     @property
     def runs(self) -> bool:
         """Whether the block is run by itself (a doctest-serve block runs only under its users)."""
-        return self.marker in ("doctest", "doctest-with-serve")
+        return self.marker in ("doctest", "doctest-with-serve", "doctest-args")
+
+    @property
+    def test_id(self) -> str:
+        """The pytest id: the block's, and the modules it needs (``-k needs-ray`` selects those blocks)."""
+        return self.id + "".join(f"-needs-{m}" for m in self.needs)
 
     def imports_agent_gym(self) -> bool:
         return self.language == "python" and bool(_IMPORTS_AGENT_GYM.search(self.code))
@@ -109,32 +143,61 @@ def parse_info(block: Block) -> None:
     if len(words) < 2:
         return
     rest = block.info.split(None, 1)[1].strip()
-    if rest.startswith(NO_RUN):
-        reason = rest[len(NO_RUN):].lstrip(":").strip()
-        if not reason:
-            raise MarkerError(f"{block.id}: `no-run` needs a reason after it (```{block.language} no-run: why)")
-        block.marker, block.reason = NO_RUN, reason
-        return
-    marker, *options = rest.split()
-    if marker not in RUN_MARKERS:
+    head, colon, reason = rest.partition(":")
+    marker, *options = head.split() or [""]
+    if marker in REASONED:
+        if not colon or not reason.strip():
+            raise MarkerError(f"{block.id}: `{marker}` needs a reason after it (```{block.language} {marker}: why)")
+        block.reason = reason.strip()
+    elif colon:
+        raise MarkerError(f"{block.id}: `{marker}` takes no reason after a colon (only {', '.join(REASONED)} do)")
+    if marker not in RUN_MARKERS + (NO_RUN, IN_CI):
         raise MarkerError(f"{block.id}: unknown marker {marker!r} in ```{block.info}; known: "
-                          f"{', '.join(RUN_MARKERS)}, {NO_RUN}: REASON")
+                          f"{', '.join(RUN_MARKERS)}, {IN_CI}: STAGE, {NO_RUN}: REASON")
     if block.language not in LANGUAGES:
-        raise MarkerError(f"{block.id}: {marker} runs {' and '.join(LANGUAGES)} blocks, not {block.language!r}")
-    if marker == "doctest-serve" and block.language != "bash":
-        raise MarkerError(f"{block.id}: a doctest-serve block is a bash command")
+        raise MarkerError(f"{block.id}: {marker} is for {' and '.join(LANGUAGES)} blocks, not {block.language!r}")
+    if marker in ("doctest-serve", "doctest-args", IN_CI) and block.language != "bash":
+        raise MarkerError(f"{block.id}: a {marker} block is a bash block")
+    if marker == NO_RUN and block.language != "python":
+        raise MarkerError(f"{block.id}: a bash block runs (doctest), or runs to its arguments (doctest-args: REASON), "
+                          "or is run by CI (doctest-ci: STAGE); no-run is for python sketches")
+    if marker == IN_CI:
+        stage = ARGS_DIR.parents[1] / re.split(r"[\s,;]", block.reason)[0]
+        if not block.reason.startswith(".ci/") or not stage.is_file():
+            raise MarkerError(f"{block.id}: doctest-ci names the CI stage that runs the block, a file under .ci/ "
+                              f"(`doctest-ci: .ci/run, the README's install`), not {block.reason!r}")
+    if options and marker in (NO_RUN, IN_CI):
+        raise MarkerError(f"{block.id}: {marker} takes no options")
     block.marker = marker
+    if marker == "doctest-args":
+        block.args_only, block.cwd_repo = ("*",), True
     for option in options:
+        if option in FLAGS:
+            block.continues = True
+            continue
         key, sep, value = option.partition("=")
         if key not in OPTIONS or not sep or not value:
             raise MarkerError(f"{block.id}: unknown option {option!r} in ```{block.info}; known: "
-                              "needs=MODULE[,MODULE], cwd=repo, timeout=SECONDS")
+                              "needs=MODULE[,MODULE], cwd=repo, timeout=SECONDS, args-only=PROGRAM[,PROGRAM], "
+                              "cache=fresh, max-steps=N, continues")
         if key == "needs":
             block.needs += tuple(m for m in value.split(",") if m)
         elif key == "cwd":
             if value != "repo":
                 raise MarkerError(f"{block.id}: cwd= takes only `repo` (the default is a fresh temporary folder)")
             block.cwd_repo = True
+        elif key == "args-only":
+            if marker == "doctest-args":
+                raise MarkerError(f"{block.id}: a doctest-args block stops every program already")
+            block.args_only += tuple(m for m in value.split(",") if m)
+        elif key == "cache":
+            if value != "fresh":
+                raise MarkerError(f"{block.id}: cache= takes only `fresh` (an empty AGENT_GYM_CACHE)")
+            block.fresh_cache = True
+        elif key == "max-steps":
+            if not value.isdigit() or int(value) < 1:
+                raise MarkerError(f"{block.id}: max-steps= takes a number of steps, not {value!r}")
+            block.max_steps = int(value)
         else:
             try:
                 block.timeout_s = float(value)
@@ -172,7 +235,14 @@ def extract_blocks(page: Path, root: Path = REPO_ROOT) -> list[Block]:
         blocks.append(block)
         i = j + 1
     server = None
+    previous = None
     for block in blocks:
+        if block.continues:
+            if previous is None:
+                block.error = f"{block.id}: continues, but no runnable block above it on {block.page}"
+            block.previous = previous
+        if block.runs:
+            previous = block
         if block.marker == "doctest-serve":
             server = block
         elif block.marker == "doctest-with-serve":
@@ -246,12 +316,48 @@ def check_prints(code: str, stdout: str) -> str | None:
     return None
 
 
-def block_env() -> dict[str, str]:
-    """The caller's environment with the running Python's folder first on PATH."""
+_SHIMS: list[Path] = []
+
+
+def _shims() -> Path:
+    """A folder of one wrapper per program of this virtualenv's bin folder (python, pip, agent-gym, ...),
+    each running it with tests/doc_args at the end of PYTHONPATH, so that every Python program a bash
+    block starts loads the argument stop, even one whose command line sets PYTHONPATH itself."""
+    if _SHIMS:
+        return _SHIMS[0]
+    import atexit
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="agent-gym-doc-shims-"))
+    atexit.register(shutil.rmtree, folder, True)
+    for program in Path(sys.executable).parent.iterdir():
+        if program.is_file() and os.access(program, os.X_OK) and not program.name.startswith(("activate", "Activate")):
+            shim = folder / program.name
+            shim.write_text(f'#!/bin/sh\nPYTHONPATH="${{PYTHONPATH:+$PYTHONPATH:}}{ARGS_DIR}" exec {shlex.quote(str(program))} "$@"\n')
+            shim.chmod(0o755)
+    _SHIMS.append(folder)
+    return folder
+
+
+def block_env(block: Block | None = None, workdir: Path | None = None) -> dict[str, str]:
+    """The caller's environment with the running Python's folder first on PATH, and what the block's
+    marker asks for: the programs stopped after their argument parsing (always pip; with them
+    tests/doc_args first on PYTHONPATH), an empty AGENT_GYM_CACHE, AGENT_GYM_MAX_STEPS."""
     env = dict(os.environ)
     bindir = str(Path(sys.executable).parent)
     env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
     env.setdefault("PYTHONUNBUFFERED", "1")
+    stopped = ("pip",) + (block.args_only if block is not None else ())
+    env["AGENT_GYM_DOC_ARGS_ONLY"] = ",".join(stopped)
+    env["PATH"] = str(_shims()) + os.pathsep + env["PATH"]
+    if block is not None and "*" in block.args_only:
+        env["AGENT_GYM_VERL_DRY_RUN"] = "1"  # the verl run scripts compose verl's config and stop
+    if block is not None and block.fresh_cache:
+        assert workdir is not None
+        env["AGENT_GYM_CACHE"] = str(workdir / "fresh-agent-gym-cache")
+    if block is not None and block.max_steps is not None:
+        env["AGENT_GYM_MAX_STEPS"] = str(block.max_steps)
     return env
 
 
@@ -384,9 +490,9 @@ def run_block(block: Block, workdir: Path) -> Result:
         raise MarkerError(block.error)
     if not block.runs:
         raise ValueError(f"{block.id} does not claim to run (marker {block.marker!r})")
-    cwd = REPO_ROOT if block.cwd_repo else workdir
+    cwd = REPO_ROOT if block.cwd_repo and not block.continues else workdir
     cwd.mkdir(parents=True, exist_ok=True)
-    env = block_env()
+    env = block_env(block, workdir)
     code = block.code
     server = None
     server_log = ""

@@ -24,17 +24,65 @@ sys.modules["doc_blocks"] = doc_blocks  # dataclasses look their module up by na
 _spec.loader.exec_module(doc_blocks)
 
 BLOCKS = doc_blocks.all_blocks()
-RUNNABLE = [b for b in BLOCKS if b.runs]
+_FOLLOWED = {id(b.previous) for b in BLOCKS if b.continues and b.previous is not None}
+#: One test per runnable block, but a block that a `continues` block follows runs in that one's test.
+RUNNABLE = [b for b in BLOCKS if b.runs and id(b) not in _FOLLOWED]
+RUN_OR_FOLLOWED = [b for b in BLOCKS if b.runs]
 
 
-@pytest.mark.parametrize("block", [pytest.param(b, id=b.id) for b in RUNNABLE])
+def _chain(block):
+    return (_chain(block.previous) if block.continues and block.previous is not None else []) + [block]
+
+
+@pytest.mark.parametrize("block", [pytest.param(b, id=b.test_id) for b in RUNNABLE])
 def test_doc_block_runs(block, tmp_path):
-    reason = doc_blocks.skip_reason(block)
+    chain = _chain(block)
+    reason = "; ".join(r for r in map(doc_blocks.skip_reason, chain) if r)
     if reason and os.environ.get("AGENT_GYM_DOC_BLOCKS_NO_SKIP"):
         pytest.fail(f"{block.id}: {reason}; AGENT_GYM_DOC_BLOCKS_NO_SKIP is set, where it must run")
     if reason:
         pytest.skip(f"{block.id}: {reason}")
-    doc_blocks.run_block(block, tmp_path)
+    for each in chain:
+        doc_blocks.run_block(each, tmp_path)
+
+
+def test_every_python_and_bash_block_says_how_it_is_checked():
+    """Every python and bash block runs (doctest), runs to its arguments (doctest-args: REASON), is run by a
+    CI stage (doctest-ci: STAGE) or, a python sketch only, is compiled (no-run: REASON): none goes
+    unchecked by accident (tests/doc_blocks.py explains the markers)."""
+    unmarked = sorted(b.id for b in BLOCKS if b.language in doc_blocks.LANGUAGES and b.marker is None and not b.error)
+    assert not unmarked, ("python and bash blocks without a marker (tests/doc_blocks.py and docs/architecture.md "
+                          "explain them): " + ", ".join(unmarked))
+
+
+def test_python_sketches_compile():
+    """A no-run python block is at least valid Python: a sketch with a typo is caught."""
+    bad = []
+    for b in BLOCKS:
+        if b.marker == doc_blocks.NO_RUN:
+            try:
+                compile(b.code, b.id, "exec")
+            except SyntaxError as exc:
+                bad.append(f"{b.id}: {exc}")
+    assert not bad, "\n".join(bad)
+
+
+def test_blocks_that_ci_runs_are_the_ones_its_stages_read():
+    """A doctest-ci block of the README is the first bash block under its heading, which .ci/run reads by
+    that heading (readme_block) and runs as written; any other names a CI script that exists."""
+    ci_run = (doc_blocks.REPO_ROOT / ".ci" / "run").read_text()
+    in_ci = [b for b in BLOCKS if b.marker == doc_blocks.IN_CI]
+    assert in_ci
+    for b in in_ci:
+        if b.page != "README.md":
+            continue
+        lines = (doc_blocks.REPO_ROOT / b.page).read_text().splitlines()[: b.line - 1]
+        heading = next(line for line in reversed(lines) if line.startswith("## "))
+        assert f'readme_block "{heading}"' in ci_run, f"{b.id}: .ci/run does not read the block under {heading!r}"
+        under = [o for o in BLOCKS if o.page == b.page and o.language == "bash"
+                 and next(line for line in reversed((doc_blocks.REPO_ROOT / o.page).read_text().splitlines()[: o.line - 1])
+                          if line.startswith("## ")) == heading]
+        assert under[0] is b, f"{b.id}: .ci/run reads the first bash block under {heading!r}, {under[0].id}"
 
 
 def test_every_marker_parses():
@@ -43,30 +91,13 @@ def test_every_marker_parses():
     assert not errors, "\n".join(errors)
 
 
-#: Blocks written before this check whose pages' authors have yet to mark them. The check fails for an
-#: id here once it is marked or gone, so the set only shrinks: mark the block, then delete its id.
-NOT_YET_MARKED: set[str] = set()
-
-
-def test_python_blocks_using_agent_gym_claim_to_run_or_say_why_not():
-    """A python block that imports agent_gym (or an adapter) is either run (a doctest marker) or says
-    why it cannot be (```python no-run: REASON): a new example cannot go unchecked by accident."""
-    unmarked = {b.id for b in BLOCKS if b.imports_agent_gym() and b.marker is None}
-    new = sorted(unmarked - NOT_YET_MARKED)
-    assert not new, (
-        "python blocks importing agent_gym with neither a doctest marker nor `no-run: REASON` "
-        "(tests/doc_blocks.py explains both): " + ", ".join(new))
-    stale = sorted(NOT_YET_MARKED - unmarked)
-    assert not stale, f"marked or moved, so delete from NOT_YET_MARKED in {__file__}: " + ", ".join(stale)
-
-
 def test_the_readme_example_and_the_openenv_server_pairs_are_found():
     """The extractor finds what these tests exist for: the README's env example and each OpenEnv
     client block linked to the serve command the page gives."""
-    ids = {b.id: b for b in RUNNABLE}
-    readme = [b for b in RUNNABLE if b.page == "README.md" and b.language == "python"]
+    ids = {b.id: b for b in RUN_OR_FOLLOWED}
+    readme = [b for b in RUN_OR_FOLLOWED if b.page == "README.md" and b.language == "python"]
     assert readme and "gym.make(" in readme[0].code
-    served = [b for b in RUNNABLE if b.page == "docs/openenv.md" and b.marker == "doctest-with-serve"]
+    served = [b for b in RUN_OR_FOLLOWED if b.page == "docs/openenv.md" and b.marker == "doctest-with-serve"]
     assert len(served) >= 2
     for block in served:
         assert block.server is not None and block.server.page == "docs/openenv.md"
@@ -99,3 +130,36 @@ def test_markers_and_port_substitution(tmp_path):
     assert doc_blocks.with_port(serve.code, 8000, 41234) == (
         "agent-gym serve X --split test --port 41234   # the test split\n")
     assert doc_blocks.with_port(client.code, 8000, 41234).startswith("url = 'http://127.0.0.1:41234'")
+
+
+def test_args_only_blocks_stop_after_the_arguments_and_fail_on_bad_ones(tmp_path):
+    """doctest-args: a command whose options parse stops there (status 0, nothing run); a misspelt
+    option, a pip folder that is no project, a malformed requirement fail the block. The new markers
+    and options parse, and a bash block cannot be no-run."""
+    page = tmp_path / "page.md"
+    page.write_text(
+        "```bash doctest-args: a GPU\nagent-gym eval AgentR1/Countdown-v0 --episodes 3 --json\n"
+        "pip install -e envs/gsm8k 'trl[vllm]>=1.14,!=1.15.0'\n```\n"
+        "```bash doctest-args: a GPU\nagent-gym eval AgentR1/Countdown-v0 --episodez 3\n```\n"
+        "```bash doctest-args: a GPU\npip install -e envs/no-such-env\n```\n"
+        "```bash doctest-args: a GPU\npip install 'trl[vllm>=1'\n```\n"
+        "```bash doctest cache=fresh max-steps=2 args-only=twine,build continues\nenv | grep ^AGENT_GYM_\n```\n"
+        "```bash no-run: a sketch\nexit 1\n```\n"
+        "```bash doctest-ci: .ci/no-such-stage\ntrue\n```\n", encoding="utf-8")
+    ok, option, folder, requirement, options, bash_no_run, ci = doc_blocks.extract_blocks(page, tmp_path)
+    assert (ok.marker, ok.reason, ok.args_only, ok.cwd_repo) == ("doctest-args", "a GPU", ("*",), True)
+    result = doc_blocks.run_block(ok, tmp_path / "w")
+    assert result.stderr.count("arguments only") == 2 and "nothing installed" in result.stderr
+    with pytest.raises(doc_blocks.BlockFailed, match="unrecognized arguments: --episodez 3"):
+        doc_blocks.run_block(option, tmp_path / "w")
+    with pytest.raises(doc_blocks.BlockFailed, match="envs/no-such-env is no folder of a Python project"):
+        doc_blocks.run_block(folder, tmp_path / "w")
+    with pytest.raises(doc_blocks.BlockFailed, match="is no valid requirement"):
+        doc_blocks.run_block(requirement, tmp_path / "w")
+    assert (options.fresh_cache, options.max_steps, options.args_only, options.continues) == (True, 2, ("twine", "build"), True)
+    assert options.previous is requirement
+    env = doc_blocks.block_env(options, tmp_path / "w")
+    assert env["AGENT_GYM_CACHE"] == str(tmp_path / "w" / "fresh-agent-gym-cache")
+    assert (env["AGENT_GYM_MAX_STEPS"], env["AGENT_GYM_DOC_ARGS_ONLY"]) == ("2", "pip,twine,build")
+    assert "no-run is for python sketches" in bash_no_run.error
+    assert "doctest-ci names the CI stage" in ci.error
