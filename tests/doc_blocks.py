@@ -343,7 +343,8 @@ def _shims() -> Path:
 def block_env(block: Block | None = None, workdir: Path | None = None) -> dict[str, str]:
     """The caller's environment with the running Python's folder first on PATH, and what the block's
     marker asks for: the programs stopped after their argument parsing (always pip; with them
-    tests/doc_args first on PYTHONPATH), an empty AGENT_GYM_CACHE, AGENT_GYM_MAX_STEPS."""
+    tests/doc_args first on PYTHONPATH), an empty AGENT_GYM_CACHE, AGENT_GYM_MAX_STEPS, and a throwaway
+    site for projects the block makes and installs (``workdir/.doc-site``)."""
     env = dict(os.environ)
     bindir = str(Path(sys.executable).parent)
     env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
@@ -358,6 +359,14 @@ def block_env(block: Block | None = None, workdir: Path | None = None) -> dict[s
         env["AGENT_GYM_CACHE"] = str(workdir / "fresh-agent-gym-cache")
     if block is not None and block.max_steps is not None:
         env["AGENT_GYM_MAX_STEPS"] = str(block.max_steps)
+    if workdir is not None:
+        # A `pip install` of projects that the block itself made in its folder (a new env package) goes
+        # into this throwaway site, first on PYTHONPATH, so the block's next commands see it installed
+        # (its entry points too) and the test's virtualenv is left as it was.
+        site = workdir / ".doc-site"
+        site.mkdir(parents=True, exist_ok=True)
+        env["AGENT_GYM_DOC_SITE"] = str(site)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), env.get("PYTHONPATH", "")) if p)
     return env
 
 

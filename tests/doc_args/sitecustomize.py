@@ -10,7 +10,9 @@ A program it stops:
   arguments as written, and with argparse's own error (status 2) when they are not: the script exists,
   imports, and takes the block's options;
 - if it is pip: ``pip install`` parses its options with pip's own parser and checks that each local
-  folder it names holds a Python project and each requirement is well formed, and installs nothing.
+  folder it names holds a Python project and each requirement is well formed, and installs nothing;
+  except projects that the block made in its own folder (a new env package), which it installs without
+  their dependencies into the block's throwaway site (``AGENT_GYM_DOC_SITE``, first on PYTHONPATH).
 
 Without AGENT_GYM_DOC_ARGS_ONLY this file does nothing.
 """
@@ -87,6 +89,20 @@ def _check_pip(args: list[str]) -> None:
     for path in options.requirements:
         if not os.path.isfile(path):
             _stop(f"pip install -r {path}: no such file", 1)
+    site = os.environ.get("AGENT_GYM_DOC_SITE", "")
+    workdir = os.path.realpath(os.path.dirname(site)) if site else ""
+    made_here = [os.path.realpath(os.path.expanduser(f.split("[", 1)[0])) for f in folders]
+    if site and folders and not requirements and not options.requirements and all(
+            f.startswith(workdir + os.sep) for f in made_here):
+        # Projects the block made in its own folder (`agent-gym new-env`, then `pip install -e` it): really
+        # installed, without their dependencies, into the block's throwaway site that the runner put first
+        # on PYTHONPATH, so the commands after it find the package and its entry points.
+        env = {k: v for k, v in os.environ.items() if k != "AGENT_GYM_DOC_ARGS_ONLY"}
+        argv = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                "--disable-pip-version-check", "--target", site, *made_here]
+        print(f"doc-blocks: pip install {' '.join(folders)}: made by this block, installed into {site}",
+              file=sys.stderr, flush=True)
+        os.execve(sys.executable, argv, env)
     _stop(f"pip install: options accepted, {len(folders)} local project(s) and {len(requirements)} requirement(s) "
           "well formed; nothing installed")
 
