@@ -18,7 +18,8 @@ import torch  # noqa: E402
 
 from agent_gym_verl import fast_logprobs  # noqa: E402
 
-MODULE = "agent_gym_verl.fast_logprobs"
+MODULE = "agent_gym_verl.fast_logprobs"  # the hook module verl imports
+IMPLEMENTATION = "agent_gym_verl.logprobs"  # the module of the function it puts in verl
 
 
 @pytest.mark.parametrize("shape", [(7,), (3, 5), (2, 1030)])  # 2 x 1030 rows crosses a chunk boundary
@@ -75,7 +76,7 @@ def test_importing_patches_verls_dispatcher():
     from verl.utils import torch_functional as tf
 
     assert tf.logprobs_from_logits_v2 is fast_logprobs.chunked_logprobs_from_logits
-    expected = "flash-attn cross-entropy" if tf.FLAH_ATTN_CROSS_ENTROPY_LOSS_AVAILABLE else MODULE
+    expected = "flash-attn cross-entropy" if tf.FLAH_ATTN_CROSS_ENTROPY_LOSS_AVAILABLE else IMPLEMENTATION
     assert fast_logprobs.active_implementation() == expected
     assert fast_logprobs.verl_logprobs_from_logits_v2.__module__ == "verl.utils.torch_functional"
     if not tf.FLAH_ATTN_CROSS_ENTROPY_LOSS_AVAILABLE:  # the machines this is for: no flash-attn
@@ -89,7 +90,7 @@ def test_verls_external_modules_hook_installs_it_in_a_fresh_process():
     env = {**os.environ, "VERL_USE_EXTERNAL_MODULES": MODULE}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip().splitlines()[-1] == MODULE
+    assert out.stdout.strip().splitlines()[-1] == IMPLEMENTATION
     env.pop("VERL_USE_EXTERNAL_MODULES")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.stdout.strip().splitlines()[-1] == "verl.utils.torch_functional"  # not without the hook
@@ -108,6 +109,6 @@ def test_ray_workers_inherit_the_hook(monkeypatch):
 
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
     try:
-        assert ray.get(ray.remote(where).remote(), timeout=240) == MODULE
+        assert ray.get(ray.remote(where).remote(), timeout=240) == IMPLEMENTATION
     finally:
         ray.shutdown()

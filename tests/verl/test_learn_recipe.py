@@ -94,7 +94,7 @@ def _val_trainer(cfg, parquet, worker):
     from torchdata.stateful_dataloader import StatefulDataLoader
     from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
 
-    from agent_gym_verl.trainer import agent_gym_trainer_class
+    from agent_gym_verl.patches import agent_gym_trainer_class
 
     cls = agent_gym_trainer_class(compat.ray_trainer_module().RayPPOTrainer)
     trainer = object.__new__(cls)  # no Ray workers on CPU: validation's own code runs in this process
@@ -333,7 +333,7 @@ def test_learn_script_config_is_one_verls_workers_accept(resume, tmp_path, model
         env.update(PART="2", ADAPTER=str(adapter))
     proc = _dry_run(**env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "step-mode samples=segment," in proc.stdout and "token log-probs from agent_gym_verl.fast_logprobs" in proc.stdout
+    assert "step-mode samples=segment," in proc.stdout and "token log-probs from agent_gym_verl.logprobs" in proc.stdout
     args = _verl_args(proc.stderr)
     opts = dict(a.split("=", 1) for a in args)
     assert opts["data.val_files"] == f"{tmp_path}/data/gsm8k_tool_val512/test.parquet"

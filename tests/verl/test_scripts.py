@@ -39,7 +39,7 @@ def test_run_script_composes_with_installed_verl(script, tmp_path):
     assert "dry run" in proc.stdout and "adv_estimator=grpo" in proc.stdout
     assert str(tmp_path / "model") in proc.stdout and "agent_loops.yaml" in proc.stdout
     # _verl_common.sh turns on the vectorised token log-probs through verl's import hook.
-    assert "token log-probs from agent_gym_verl.fast_logprobs" in proc.stdout
+    assert "token log-probs from agent_gym_verl.logprobs" in proc.stdout
 
 
 @pytest.mark.parametrize("mode,length", [("concat", 1024), ("step", 256), ("bogus", None)])

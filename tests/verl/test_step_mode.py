@@ -254,7 +254,8 @@ def test_reinforce_pp_counts_policy_tokens_like_concat_mode():
 def test_trainer_hook_expands_in_place_and_routes_advantages(verl_tokenizer, tmp_path):
     from _verl_support import hf_model_folder, verl_config
 
-    from agent_gym_verl.trainer import agent_gym_trainer_class, step_aware_compute_advantage
+    from agent_gym_verl.patches import agent_gym_trainer_class
+    from agent_gym_verl.trainer import step_aware_compute_advantage
 
     cls = agent_gym_trainer_class(compat.ray_trainer_module().RayPPOTrainer)
     trainer = object.__new__(cls)  # no Ray workers on CPU: only the hooks are exercised
@@ -311,16 +312,16 @@ def test_main_ppo_runs_verl_task_runner_with_the_agent_gym_trainer_in_a_ray_acto
     import cloudpickle
     import ray
 
-    from agent_gym_verl import main_ppo, patches
+    from agent_gym_verl import patches
 
     module = compat.task_runner_module()
     before = module.TaskRunner
     try:
         patches.install("driver")
         installed = module.TaskRunner
-        assert main_ppo._plain_class(installed) is main_ppo.AgentGymTaskRunner
-        blob = cloudpickle.dumps(main_ppo.AgentGymTaskRunner)
-        assert len(blob) < 300 and pickle.loads(blob) is main_ppo.AgentGymTaskRunner  # by reference
+        assert patches.plain_class(installed) is patches.AgentGymTaskRunner
+        blob = cloudpickle.dumps(patches.AgentGymTaskRunner)
+        assert len(blob) < 300 and pickle.loads(blob) is patches.AgentGymTaskRunner  # by reference
 
         actor_cls = installed if hasattr(installed, "remote") else ray.remote(num_cpus=1)(installed)
         ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
@@ -341,7 +342,8 @@ def test_trainer_init_checks_settings_and_marks_the_config(verl_tokenizer, tmp_p
 
     from _verl_support import hf_model_folder, verl_config
 
-    from agent_gym_verl.trainer import STEP_TRAINER_FLAG, agent_gym_trainer_class
+    from agent_gym_verl.patches import agent_gym_trainer_class
+    from agent_gym_verl.trainer import STEP_TRAINER_FLAG
 
     base = compat.ray_trainer_module().RayPPOTrainer
     cls = agent_gym_trainer_class(base)

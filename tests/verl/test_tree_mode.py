@@ -93,7 +93,7 @@ def _algo_config(**kw):
 
 def _trainer(cfg, tokenizer):
     """The agent-gym trainer with only its hooks live (no Ray workers on CPU), one data-parallel rank."""
-    from agent_gym_verl.trainer import agent_gym_trainer_class
+    from agent_gym_verl.patches import agent_gym_trainer_class
 
     trainer = object.__new__(agent_gym_trainer_class(compat.ray_trainer_module().RayPPOTrainer))
     trainer.config = cfg
@@ -443,7 +443,7 @@ def test_tree_settings_parse_from_hydra(model_dir):
 def test_tree_mode_runs_grpo_only_and_says_so_at_start(model_dir, verl_tokenizer, monkeypatch):
     from types import SimpleNamespace
 
-    from agent_gym_verl.trainer import agent_gym_trainer_class
+    from agent_gym_verl.patches import agent_gym_trainer_class
 
     assert check_tree_estimator("grpo", _algo_config(adv_estimator="grpo")) == "grpo"
     assert check_tree_estimator("grpo_vectorized") == "grpo_vectorized"

@@ -3,8 +3,8 @@
     python -m agent_gym_verl.main_ppo <the usual verl hydra options>
 
 It is verl's own ``verl.trainer.main_ppo.main`` (same config, same validation, same Ray set-up); the
-only change is the ``TaskRunner`` it starts (:class:`AgentGymTaskRunner`): inside its Ray actor it
-runs verl's legacy ``TaskRunner`` with :func:`agent_gym_verl.patches.agent_gym_trainer_class` in place
+only change is the ``TaskRunner`` it starts (:class:`agent_gym_verl.patches.AgentGymTaskRunner`, an
+importable class, so that Ray ships it by reference): inside its Ray actor it runs verl's legacy ``TaskRunner`` with :func:`agent_gym_verl.patches.agent_gym_trainer_class` in place
 of ``RayPPOTrainer`` (parts ``driver`` and ``runner`` of :mod:`agent_gym_verl.patches`). That trainer
 marks the config (``agent_gym.step_trainer=True``) before it starts the agent-loop workers, so the
 step-mode agent loop refuses to run under any trainer that would not expand its rows. Concat mode needs
@@ -21,37 +21,9 @@ import sys
 from typing import Any
 
 from agent_gym_verl import compat, patches
-from agent_gym_verl.patches import plain_class as _plain_class  # noqa: F401  (verl 0.9's TaskRunner is an actor class)
 from agent_gym_verl.trainer import STEP_TRAINER_FLAG, check_engine_batch_sizes, step_sample_kind, tree_settings
 
-__all__ = ["AgentGymTaskRunner", "main", "dry_run", "check_file_logger_folder", "STEP_TRAINER_FLAG"]
-
-
-class AgentGymTaskRunner:
-    """Runs verl's legacy ``TaskRunner`` with the agent-gym trainer, inside the Ray actor.
-
-    Deliberately *not* a subclass of verl's ``TaskRunner``: Ray ships actor classes with cloudpickle,
-    and a class (or base class) that is pickled by value gets private copies of its methods' globals,
-    which no patch of verl's module reaches. Here nothing of verl is pickled: ``run`` executes in the
-    actor process, where verl's modules are imported normally, installs the ``runner`` part of
-    :mod:`agent_gym_verl.patches` (``RayPPOTrainer`` in the module of verl's ``TaskRunner``) and then
-    runs verl's own ``TaskRunner`` in-process.
-    """
-
-    def _agent_gym_patch(self) -> tuple[type, Any]:
-        """Install the agent-gym trainer in this process; returns verl's runner class and the trainer
-        class its ``run`` will build."""
-        from agent_gym_verl import patches as _patches
-
-        runner_cls: Any = _patches.verl_task_runner()  # verl's class: its run is verl's, unknown to mypy
-        _patches.install("runner")
-        return runner_cls, runner_cls.run.__globals__["RayPPOTrainer"]
-
-    def run(self, config: Any) -> Any:
-        runner_cls, trainer_cls = self._agent_gym_patch()
-        if not trainer_cls.__name__.startswith("AgentGym"):
-            raise RuntimeError(f"agent_gym_verl: verl's TaskRunner would build {trainer_cls!r}, not the agent-gym trainer")
-        return runner_cls().run(config)
+__all__ = ["main", "dry_run", "check_file_logger_folder", "STEP_TRAINER_FLAG"]
 
 
 def _files_use_step_mode(files: Any) -> bool:
@@ -80,8 +52,10 @@ def _token_logprobs_source(cfg: Any) -> str:
     if model.get("use_fused_kernels", False):
         backend = (model.get("fused_kernel_options") or {}).get("impl_backend", "torch")
         return f"verl's fused kernels (use_fused_kernels, {backend} backend)"
-    if "agent_gym_verl.fast_logprobs" in sys.modules:
-        return sys.modules["agent_gym_verl.fast_logprobs"].active_implementation()
+    if "agent_gym_verl.fast_logprobs" in sys.modules:  # the hook ran
+        from agent_gym_verl.logprobs import active_implementation
+
+        return active_implementation()
     return torch_functional.logprobs_from_logits_v2.__module__
 
 
@@ -185,7 +159,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    # Re-enter through the importable module, so that Ray ships AgentGymTaskRunner by reference.
-    from agent_gym_verl.main_ppo import main as _main
-
-    _main()
+    main()

@@ -11,8 +11,8 @@ patch belongs to a *part*, named after the process and moment it must be install
   from inside ``import verl`` (``verl.DataProto`` is bound before verl runs the hook);
 - ``driver``: the process of ``python -m agent_gym_verl.main_ppo``, before verl's ``main`` runs;
 - ``runner``: verl's ``TaskRunner`` actor, before the runner builds the trainer
-  (:class:`agent_gym_verl.main_ppo.AgentGymTaskRunner` installs it there: a patch made in the driver
-  would not reach the actor's process);
+  (:class:`AgentGymTaskRunner` installs it there: a patch made in the driver would not reach the
+  actor's process);
 - ``fit``: while the trainer's ``fit`` runs (:func:`fit_scope`, entered by row 10); undone when it returns.
 
 ``install("worker")``, ``install("driver")``, ``install("runner")`` or ``install()`` (all three) returns
@@ -27,10 +27,10 @@ replacements in ``agent_gym_verl``):
 ==  ========================================================  ===================================================================  ======
 #   target                                                    replacement                                                          part
 ==  ========================================================  ===================================================================  ======
-1   verl.utils.torch_functional.logprobs_from_logits_v2       fast_logprobs.chunked_logprobs_from_logits                           worker
+1   verl.utils.torch_functional.logprobs_from_logits_v2       logprobs.chunked_logprobs_from_logits                                worker
 2   verl.utils.import_utils.is_trl_available                  compat.trl_has_value_head_model                                      worker
 3   verl.models.transformers.monkey_patch.is_trl_available    compat.trl_has_value_head_model                                      worker
-4   verl.trainer.main_ppo[_v0].TaskRunner                     main_ppo.AgentGymTaskRunner                                          driver
+4   verl.trainer.main_ppo[_v0].TaskRunner                     patches.AgentGymTaskRunner                                           driver
 5   verl.trainer.main_ppo.get_ppo_ray_runtime_env             patches.forward_env_to_ray_workers.<locals>.get_ppo_ray_runtime_env  driver
 6   verl.trainer.main_ppo[_v0].RayPPOTrainer                  patches.AgentGymRayPPOTrainer                                        runner
 7   verl.trainer.main_ppo[_v0].RayPPOTrainer.__init__         patches.AgentGymRayPPOTrainer.__init__                               runner
@@ -153,6 +153,7 @@ __all__ = [
     "PATCHES",
     "Applied",
     "Patch",
+    "AgentGymTaskRunner",
     "agent_gym_trainer_class",
     "fit_scope",
     "forward_env_to_ray_workers",
@@ -194,13 +195,13 @@ _R = RUNNER_MODULE
 _TRAINER = "verl.trainer.ppo.ray_trainer"
 #: The rows of the tables above, in the order :func:`install` applies them.
 PATCHES: tuple[Patch, ...] = (
-    Patch(1, "verl.utils.torch_functional.logprobs_from_logits_v2", "fast_logprobs.chunked_logprobs_from_logits", "worker",
+    Patch(1, "verl.utils.torch_functional.logprobs_from_logits_v2", "logprobs.chunked_logprobs_from_logits", "worker",
           "verl.utils.torch_functional._agent_gym_original_logprobs_from_logits_v2"),
     Patch(2, "verl.utils.import_utils.is_trl_available", "compat.trl_has_value_head_model", "worker",
           "verl.utils.import_utils.verl_is_trl_available"),
     Patch(3, "verl.models.transformers.monkey_patch.is_trl_available", "compat.trl_has_value_head_model", "worker",
           "verl.utils.import_utils.verl_is_trl_available"),
-    Patch(4, f"{_R}.TaskRunner", "main_ppo.AgentGymTaskRunner", "driver", f"{_R}._agent_gym_original_TaskRunner"),
+    Patch(4, f"{_R}.TaskRunner", "patches.AgentGymTaskRunner", "driver", f"{_R}._agent_gym_original_TaskRunner"),
     Patch(5, "verl.trainer.main_ppo.get_ppo_ray_runtime_env", "patches.forward_env_to_ray_workers.<locals>.get_ppo_ray_runtime_env",
           "driver", "verl.trainer.main_ppo._agent_gym_original_get_ppo_ray_runtime_env"),
     Patch(6, f"{_R}.RayPPOTrainer", "patches.AgentGymRayPPOTrainer", "runner", f"{_R}._agent_gym_original_RayPPOTrainer"),
@@ -259,10 +260,10 @@ def guard_trl_value_head_patch() -> list[Applied]:
 def _install_worker() -> list[Applied]:
     from verl.utils import torch_functional
 
-    # Half-imported when its own import installs this part: the function is defined before that call.
-    fast = importlib.import_module("agent_gym_verl.fast_logprobs")
+    from agent_gym_verl.logprobs import chunked_logprobs_from_logits
+
     # Row 1 first: it needs no verl beyond torch_functional; rows 2-3 import compat (verl's agent loop).
-    applied = [_replace(_ROW[1], torch_functional, "logprobs_from_logits_v2", fast.chunked_logprobs_from_logits)]
+    applied = [_replace(_ROW[1], torch_functional, "logprobs_from_logits_v2", chunked_logprobs_from_logits)]
     return applied + guard_trl_value_head_patch()
 
 
@@ -304,9 +305,34 @@ def verl_task_runner() -> type:
     return plain_class(getattr(module, "_agent_gym_original_TaskRunner", module.TaskRunner))
 
 
+class AgentGymTaskRunner:
+    """Runs verl's legacy ``TaskRunner`` with the agent-gym trainer, inside the Ray actor.
+
+    Deliberately *not* a subclass of verl's ``TaskRunner``: Ray ships actor classes with cloudpickle,
+    and a class (or base class) that is pickled by value gets private copies of its methods' globals,
+    which no patch of verl's module reaches. Here nothing of verl is pickled: ``run`` executes in the
+    actor process, where verl's modules are imported normally, installs the ``runner`` part
+    (``RayPPOTrainer`` in the module of verl's ``TaskRunner``) and then runs verl's own ``TaskRunner``
+    in-process. It lives here, beside the patches it installs, so that the patches never import the
+    entry point (:mod:`agent_gym_verl.main_ppo`) that installs them.
+    """
+
+    def _agent_gym_patch(self) -> tuple[type, Any]:
+        """Install the agent-gym trainer in this process; returns verl's runner class and the trainer
+        class its ``run`` will build."""
+        runner_cls: Any = verl_task_runner()  # verl's class: its run is verl's, unknown to mypy
+        install("runner")
+        return runner_cls, runner_cls.run.__globals__["RayPPOTrainer"]
+
+    def run(self, config: Any) -> Any:
+        runner_cls, trainer_cls = self._agent_gym_patch()
+        if not trainer_cls.__name__.startswith("AgentGym"):
+            raise RuntimeError(f"agent_gym_verl: verl's TaskRunner would build {trainer_cls!r}, not the agent-gym trainer")
+        return runner_cls().run(config)
+
+
 def _install_driver() -> list[Applied]:
     from agent_gym_verl import compat
-    from agent_gym_verl.main_ppo import AgentGymTaskRunner
 
     module = compat.task_runner_module()
     if compat.LEGACY_LAYOUT:

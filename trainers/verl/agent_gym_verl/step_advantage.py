@@ -3,11 +3,11 @@
 Batch expansion (:func:`expand_step_batch`)
     After rollout a step-mode batch has one row per trajectory (its first step) whose
     ``non_tensor_batch["agent_gym_steps"]`` holds the trajectory's training samples
-    (:func:`agent_gym_verl.agent_loop.step_samples`). By default they are *segments*: maximal runs of
+    (:func:`agent_gym_verl.samples.step_samples`). By default they are *segments*: maximal runs of
     steps in which the env only appended, each one sample whose response holds every action and env turn
     after the segment's first prompt (``response_mask`` 1 on the policy's ids, 0 on the env's,
     ``rm_scores`` = each step's reward on that step's last action id, an empty action's on the nearest
-    policy id, see :func:`~agent_gym_verl.agent_loop.step_samples`). An append-only episode is one
+    policy id, see :func:`~agent_gym_verl.samples.step_samples`). An append-only episode is one
     sample, token for token the concat-mode one, so the update costs what concat mode costs; a game
     that rewrites its context gives one sample per segment. With ``agent_gym.samples=step`` they are
     single steps (prompt = the step's whole context, response = its action, its reward on its last
@@ -59,7 +59,7 @@ import torch
 
 from agent_gym_verl import compat
 from agent_gym_verl import tree as tree_mode
-from agent_gym_verl.agent_loop import STEPS_KEY
+from agent_gym_verl.samples import STEPS_KEY
 
 __all__ = [
     "STEPS_KEY",
@@ -256,7 +256,7 @@ def _row_sample(batch: Any, i: int) -> dict[str, Any]:
 
 
 def _step_sample(step: dict[str, Any]) -> dict[str, Any]:
-    """A carried sample (a segment or a single step, see ``agent_loop.step_samples``) as tensor rows."""
+    """A carried sample (a segment or a single step, see ``samples.step_samples``) as tensor rows."""
     response = [int(t) for t in np.asarray(step["response_ids"]).tolist()]
     lps = step.get("logprobs")
     if "response_mask" in step:  # a segment: policy ids and env ids

@@ -1,8 +1,8 @@
 """The small trainer extension step mode needs, without forking verl's trainer.
 
-:func:`agent_gym_trainer_class` (defined in :mod:`agent_gym_verl.patches`, rows 6-12 of its tables, with
-the helpers here) subclasses verl's legacy ``RayPPOTrainer`` (0.7.x, and 0.9.x with
-``trainer.use_v1=False``) and touches two seams that both versions share:
+:func:`agent_gym_verl.patches.agent_gym_trainer_class` (rows 6-12 of the patches' tables, built from
+the helpers here, which import nothing of the patches) subclasses verl's legacy ``RayPPOTrainer``
+(0.7.x, and 0.9.x with ``trainer.use_v1=False``) and touches two seams that both versions share:
 
 1. ``_balance_batch(batch, metrics)`` is the first thing ``fit`` does with the rollout batch after
    ``batch.union(gen_batch_output)``, and it mutates the batch in place. The override logs the env
@@ -44,13 +44,11 @@ import re
 from typing import Any, Mapping
 
 from agent_gym_verl import compat
-from agent_gym_verl.patches import agent_gym_trainer_class
 from agent_gym_verl.step_advantage import compute_step_advantage, is_expanded, tool_call_validity
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "agent_gym_trainer_class",
     "step_aware_compute_advantage",
     "dataset_uses_step_mode",
     "step_sample_kind",
@@ -66,8 +64,8 @@ STEP_TRAINER_FLAG = "agent_gym"
 
 def step_sample_kind(cfg: Any) -> str:
     """``agent_gym.samples`` of a run's config (``"segment"`` when unset); raises ``ValueError`` for
-    anything but the kinds :data:`agent_gym_verl.agent_loop.SAMPLE_KINDS` names."""
-    from agent_gym_verl.agent_loop import SAMPLE_KINDS
+    anything but the kinds :data:`agent_gym_verl.samples.SAMPLE_KINDS` names."""
+    from agent_gym_verl.samples import SAMPLE_KINDS
 
     kind = str((cfg.get(STEP_TRAINER_FLAG, None) or {}).get("samples", "segment"))
     if kind not in SAMPLE_KINDS:

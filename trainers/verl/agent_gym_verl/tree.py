@@ -53,7 +53,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from agent_gym_verl.agent_loop import samples_and_layout
+from agent_gym_verl.samples import samples_and_layout
 
 __all__ = [
     "TREE_KEYS",
@@ -186,12 +186,12 @@ def tree_samples(trajectories: Sequence[Any], kind: str = "segment") -> list[dic
 
     Args:
         trajectories: a tree from :func:`~agent_gym.rollout.tree.play_tree` (the root first).
-        kind: ``"segment"`` or ``"step"``, as :func:`agent_gym_verl.agent_loop.step_samples` cuts them.
+        kind: ``"segment"`` or ``"step"``, as :func:`agent_gym_verl.samples.step_samples` cuts them.
 
     Returns:
         Per trajectory in tree order, the samples of its steps from ``shared_steps`` on (a branch's first
         sample starts at its branch step, prompt = the context there), laid out as
-        :func:`~agent_gym_verl.agent_loop.step_samples` lays out a trajectory of those steps (segment
+        :func:`~agent_gym_verl.samples.step_samples` lays out a trajectory of those steps (segment
         ``steps`` are positions in the whole trajectory), plus :data:`SAMPLE_ADVANTAGES` (per response id:
         the step's :func:`~agent_gym.rollout.tree.tree_advantages` value on policy ids, 0.0 on env ids and
         on root-prefix ids), :data:`SAMPLE_ROOT_PREFIX` (per response id) and ``shared_steps``.
