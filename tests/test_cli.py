@@ -22,10 +22,10 @@ from agent_gym.tools import HermesParser
 IDS = ["AgentR1/GSM8K-v0", "AgentR1/GSM8KTool-v0"]
 #: What GSM8KEnv's constructor chain (GSM8KEnv, then AgentEnv) takes, in signature order.
 GSM8K_ARGS = ("tokenizer, split, data_dir, prompt_dir, max_turns, max_context_tokens, max_action_tokens, tools, "
-              "tool_format, mcp_servers, chat_template, render_mode")
+              "tool_sources, tool_format, mcp_servers, chat_template, render_mode")
 #: The same for CountdownEnv.
 COUNTDOWN_ARGS = ("tokenizer, difficulty, split, few_shot, prompt_dir, max_turns, max_context_tokens, max_action_tokens, "
-                  "tools, tool_format, mcp_servers, chat_template, render_mode")
+                  "tools, tool_sources, tool_format, mcp_servers, chat_template, render_mode")
 
 
 @pytest.fixture(autouse=True)
@@ -212,7 +212,7 @@ def test_make_error_message_is_what_serve_and_the_cli_print(tokenizer):
 
 
 GSM8K_TOOL_ARGS = ("tokenizer, few_shot, split, data_dir, prompt_dir, max_turns, max_context_tokens, max_action_tokens, "
-                   "tools, tool_format, mcp_servers, chat_template, render_mode")
+                   "tools, tool_sources, tool_format, mcp_servers, chat_template, render_mode")
 
 
 @pytest.mark.parametrize(

@@ -35,10 +35,10 @@ from agent_gym.core.spaces import ChatContextSpace, TokenSequence
 from agent_gym.core.types import Observation, ResetInfo, StepInfo
 from agent_gym.models import load_tokenizer
 from agent_gym.tools import ParsedResponse, Tool, ToolExecutor, ToolResult, get_parser
+from agent_gym.tools.source import ToolSource, collect_sources
 
 if TYPE_CHECKING:
     from agent_gym.core.snapshot import EnvSnapshot
-    from agent_gym.tools.mcp import MCPToolset
 
 __all__ = ["AgentEnv", "Turn", "EnvReply", "Grade", "ObsType", "TaskT"]
 
@@ -121,8 +121,11 @@ class AgentEnv(gym.Env[Observation, np.ndarray], Generic[TaskT]):
             truncates the episode.
         max_action_tokens: the longest action accepted; longer actions are invalid.
         tools: tools offered to the policy (empty: every response is final).
-        mcp_servers: MCP servers whose tools are offered too, after ``tools``:
-            ``[{"command": [...]}, {"url": ...}]`` (see docs/mcp.md). Needs the ``mcp`` extra.
+        tool_sources: sources of more tools, offered after ``tools``: objects with a lifecycle
+            (:class:`agent_gym.tools.source.ToolSource`), told where episodes begin and end, closed
+            with the env.
+        mcp_servers: MCP servers whose tools are offered too, as one more tool source (after
+            ``tool_sources``): ``[{"command": [...]}, {"url": ...}]`` (see docs/mcp.md). Needs the ``mcp`` extra.
         tool_format: how tool calls are written and the tools offered: a format registered in
             :data:`agent_gym.tools.PARSERS` (``"hermes"``, ``"qwen3_coder"``, ``"pythonic"``) or a
             parser object. A format that cannot express the tools raises ``ValueError`` here.
@@ -159,6 +162,7 @@ class AgentEnv(gym.Env[Observation, np.ndarray], Generic[TaskT]):
         max_context_tokens: int = 4096,
         max_action_tokens: int = 1024,
         tools: Sequence[Tool] = (),
+        tool_sources: Sequence[ToolSource] = (),
         tool_format: str = "hermes",
         mcp_servers: Sequence[Mapping[str, Any]] = (),
         chat_template: str | None = None,
@@ -186,14 +190,9 @@ class AgentEnv(gym.Env[Observation, np.ndarray], Generic[TaskT]):
         self.max_turns = int(max_turns)
         self.max_context_tokens = int(max_context_tokens)
         self.max_action_tokens = int(max_action_tokens)
-        #: the MCP servers' tools and sessions (``None`` without ``mcp_servers``; the SDK is imported only then)
-        self.mcp: MCPToolset | None = None
-        if mcp_servers:
-            from agent_gym.tools.mcp import MCPToolset
-
-            self.mcp = MCPToolset(mcp_servers, tool_format)
-            tools = [*tools, *self.mcp.tools]
-        self.tools: list[Tool] = list(tools)
+        #: the sources of tools beyond ``tools`` (``mcp_servers`` is the last), driven through their protocol
+        self.tool_sources: list[ToolSource] = collect_sources(tool_sources, mcp_servers=mcp_servers, tool_format=tool_format)
+        self.tools: list[Tool] = [*tools, *(t for source in self.tool_sources for t in source.tools)]
         self.parser = get_parser(tool_format, tools=[t.schema() for t in self.tools])
         #: The name of the tool-call format (``self.parser.name``).
         self.tool_format: str = getattr(self.parser, "name", type(self.parser).__name__)
@@ -291,8 +290,8 @@ class AgentEnv(gym.Env[Observation, np.ndarray], Generic[TaskT]):
             self.task = self.get_task(str(options["task_id"]))
         else:
             self.task = self.sample_task(self.np_random)
-        if self.mcp is not None:  # this episode's MCP sessions (the previous episode's are closed)
-            self.mcp.start_episode()
+        for source in self.tool_sources:  # this episode's sessions (the previous episode's have ended)
+            source.start_episode()
         tools = [t.schema() for t in self.tools]
         self.context = ChatContext.start(self.template, self.initial_messages(self.task), tools)
         self._turn = 0
@@ -323,10 +322,9 @@ class AgentEnv(gym.Env[Observation, np.ndarray], Generic[TaskT]):
         return self._finish_step(turn, reply)
 
     def close(self) -> None:
-        """Close the MCP sessions (their server processes are gone when this returns)."""
-        mcp = getattr(self, "mcp", None)  # absent when __init__ failed early
-        if mcp is not None:
-            mcp.close()
+        """Close the tool sources (an MCP server's processes are gone when this returns)."""
+        for source in getattr(self, "tool_sources", ()):  # absent when __init__ failed early
+            source.close()
         super().close()
 
     # -- state as data ---------------------------------------------------------------------------------
@@ -361,18 +359,17 @@ class AgentEnv(gym.Env[Observation, np.ndarray], Generic[TaskT]):
 
     def fork_blocker(self) -> str | None:
         """Why this env's episode cannot be copied, or ``None`` when it can: a tool's own reason (its
-        ``fork_blocker()``), or MCP servers that keep state. Subclasses with state no snapshot can hold
-        extend it."""
+        ``fork_blocker()``), or a tool source's (MCP servers that keep state). Subclasses with state no
+        snapshot can hold extend it."""
         for t in self.tools:
             blocker = getattr(t, "fork_blocker", None)
             reason = blocker() if callable(blocker) else None
             if reason:
                 return str(reason)
-        if self.mcp is not None:
-            stateful = [s.config.label for s in self.mcp.servers if not s.config.read_only]
-            if stateful:
-                return (f"the MCP server(s) {', '.join(stateful)} keep state in their sessions, which a snapshot cannot "
-                        "copy; declare a server read_only=True if it keeps none")
+        for source in self.tool_sources:
+            reason = source.fork_blocker()
+            if reason:
+                return str(reason)
         return None
 
     def render(self) -> str | None:
@@ -532,8 +529,9 @@ class AgentEnv(gym.Env[Observation, np.ndarray], Generic[TaskT]):
                 self._turn -= 1
             return self._render_failure(ctx, exc)
         finally:
-            if self._done and self.mcp is not None:
-                self.mcp.end_episode()  # a stateful MCP server starts fresh next episode
+            if self._done:
+                for source in self.tool_sources:
+                    source.end_episode()  # a stateful source (an MCP server) starts fresh next episode
 
     def _render_failure(self, ctx: ChatContext, exc: Exception) -> tuple[Observation, float, bool, bool, StepInfo]:
         info: dict[str, Any] = {"task_id": self.task_id_of(self.task), "turn": self._turn, **self._counts}

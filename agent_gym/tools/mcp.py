@@ -724,7 +724,8 @@ class _Server:
 
 
 class MCPToolset:
-    """The MCP tools of one env and the lifecycle of their sessions.
+    """The MCP tools of one env and the lifecycle of their sessions: a
+    :class:`~agent_gym.tools.source.ToolSource`, which ``mcp_servers=[...]`` gives any env.
 
     Args:
         servers: server configs (mappings or :class:`MCPServerConfig`).
@@ -762,6 +763,14 @@ class MCPToolset:
         """Close the episode's sessions (without waiting); shared read-only sessions stay open."""
         for server in self.servers:
             server.end_episode()
+
+    def fork_blocker(self) -> str | None:
+        """Servers that keep state in their sessions, which a snapshot cannot copy (``None``: all read-only)."""
+        stateful = [s.config.label for s in self.servers if not s.config.read_only]
+        if stateful:
+            return (f"the MCP server(s) {', '.join(stateful)} keep state in their sessions, which a snapshot cannot "
+                    "copy; declare a server read_only=True if it keeps none")
+        return None
 
     def close(self) -> None:
         """Close every session this env opened and wait until their server processes are gone."""

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(
 
 #: What CountdownEnv's constructor chain takes, in signature order.
 COUNTDOWN_ARGS = ("tokenizer, difficulty, split, few_shot, prompt_dir, max_turns, max_context_tokens, max_action_tokens, "
-                  "tools, tool_format, mcp_servers, chat_template, render_mode")
+                  "tools, tool_sources, tool_format, mcp_servers, chat_template, render_mode")
 
 
 def test_the_adapter_declares_the_command():

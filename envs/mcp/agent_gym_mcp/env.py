@@ -210,7 +210,7 @@ class MCPTaskEnv(AgentEnv[dict[str, Any]]):
             self.close()
             raise ValueError("the MCP servers offer no tools (check each server's \"tools\" list)")
         # Not closed by its user (a test, a notebook): the sessions go with the env, not at exit.
-        self._release = weakref.finalize(self, _release_sessions, self.mcp)
+        self._release = weakref.finalize(self, _release_sessions, list(self.tool_sources))
 
     def close(self) -> None:
         """Close the MCP sessions; their server processes are gone when this returns."""
@@ -245,9 +245,14 @@ class MCPTaskEnv(AgentEnv[dict[str, Any]]):
         return Grade(reward=float(result), components={"outcome": float(result)})
 
 
-def _release_sessions(toolset: Any) -> None:
-    """Close the sessions of a garbage-collected env, in a thread of its own: a collection can run on
-    any thread at any allocation, the MCP event-loop thread included or one holding the MCP module's
-    locks, where waiting for the servers to exit here would deadlock."""
-    if toolset is not None:
-        threading.Thread(target=toolset.close, name="agent-gym-mcp-release", daemon=True).start()
+def _release_sessions(sources: list[Any]) -> None:
+    """Close the tool sources (the MCP sessions) of a garbage-collected env, in a thread of its own: a
+    collection can run on any thread at any allocation, the MCP event-loop thread included or one holding
+    the MCP module's locks, where waiting for the servers to exit here would deadlock."""
+
+    def close_all() -> None:
+        for source in sources:
+            source.close()
+
+    if sources:
+        threading.Thread(target=close_all, name="agent-gym-mcp-release", daemon=True).start()

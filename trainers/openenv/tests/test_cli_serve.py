@@ -62,7 +62,7 @@ def test_bad_env_kwarg_fails_at_start():
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert lines == [f"agent-gym: error: {ENV_ID} takes no argument 'colour'. It takes: tokenizer, few_shot, split, data_dir, "
-                     "prompt_dir, max_turns, max_context_tokens, max_action_tokens, tools, tool_format, mcp_servers, chat_template, render_mode"]
+                     "prompt_dir, max_turns, max_context_tokens, max_action_tokens, tools, tool_sources, tool_format, mcp_servers, chat_template, render_mode"]
     assert done.stdout == ""  # it never listened
 
 
