@@ -27,12 +27,24 @@ TOOL_ENVS = ("AgentR1/ArithmeticTool-v0", "AgentR1/CountdownTool-v0", "AgentR1/C
              "AgentR1/GSM8KPython-v0", "AgentR1/GSM8KTool-v0", "AgentR1/MCPTask-v0", "AgentR1/SearchQA-v0", "AgentR1/TableQA-v0")
 OTHER_ENVS = ("AgentR1/Arithmetic-v0", "AgentR1/Countdown-v0", "AgentR1/FrozenLake-v0", "AgentR1/GSM8K-v0",
               "AgentR1/Sokoban-v0", "AgentR1/Wordle-v0")
+# Envs whose episodes need more than a reset to exist (a repository copy in a sandbox per episode; an
+# agent program answering on the endpoint), so they are not fuzzed here by the hundred: their own
+# tests drive bad and random actions through them (the file named and its test).
+OWN_ACTION_TESTS = {
+    "AgentR1/SWE-v0": ("envs/swe/tests/test_swe_env.py", "test_bad_actions_end_the_episode"),
+    "AgentR1/AgentProgram-v0": ("envs/agent_program/tests/test_agent_program_env.py",
+                                "test_an_invalid_action_ends_the_episode_and_the_program_gets_410"),
+}
 # Every env the packages register, each tool env once per format.
 ENV_CONFIGS = [(e, f) for e in TOOL_ENVS for f in FORMATS] + [(e, None) for e in OTHER_ENVS]
 
 
 def test_the_configs_cover_every_registered_env():
-    assert sorted(TOOL_ENVS + OTHER_ENVS) == sorted(e for e in gym.registry if e.startswith("AgentR1/"))
+    registered = sorted(e for e in gym.registry if e.startswith("AgentR1/"))
+    assert sorted(TOOL_ENVS + OTHER_ENVS + tuple(e for e in OWN_ACTION_TESTS if e in registered)) == registered
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    for path, test in OWN_ACTION_TESTS.values():
+        assert f"def {test}(" in open(os.path.join(root, path), encoding="utf-8").read(), (path, test)
     assert set(FORMATS) == set(PARSERS)
 
 
