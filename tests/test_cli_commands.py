@@ -18,7 +18,7 @@ import pytest
 from agent_gym.cli.main import main
 from agent_gym.cli_support import ADAPTER_COMMANDS, COMMAND_GROUP
 
-CORE_COMMANDS = ["list", "play", "eval", "replay", "new-env", "export-model"]
+CORE_COMMANDS = ["list", "play", "eval", "replay", "check", "new-env", "export-model", "serve-retriever"]
 #: What each adapter command says when nothing installed provides it (the words the CLI said before
 #: the adapters added their commands themselves).
 INSTALL_LINES = {

@@ -55,7 +55,8 @@ _CORE_COMMANDS = """\
   eval          run a model on N episodes, print accuracy & co., save the trajectories as JSONL
   check         check an env against the env contract (spaces, types, seeding, snapshots, no drift)
   new-env       write a new env package (pyproject, env class, template, test) that passes its tests
-  export-model  write the embedded model as a Hugging Face folder, for vLLM and verl"""
+  export-model  write the embedded model as a Hugging Face folder, for vLLM and verl
+  serve-retriever  serve a corpus over Search-R1's /retrieve protocol (SearchQA's retriever=URL)"""
 
 _EXAMPLES = """\
 examples:
@@ -67,6 +68,7 @@ examples:
   agent-gym check AgentR1/Countdown-v0
   agent-gym new-env my-task --dest envs
   agent-gym export-model --out ~/models/smollm2-135m-instruct
+  agent-gym serve-retriever world --port 8000
 
 Run `agent-gym COMMAND --help` for the options of a command."""
 
@@ -232,6 +234,9 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, BaseException | 
     from agent_gym.cli.export_model import add_parser as add_export_model_parser
 
     add_export_model_parser(sub, formatter)
+    from agent_gym.cli.serve_retriever import add_parser as add_serve_retriever_parser
+
+    add_serve_retriever_parser(sub, formatter)
     added, unavailable = _add_installed_commands(sub, formatter)
     parser.description = _description(added, unavailable)
     return parser, unavailable
