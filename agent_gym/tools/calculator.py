@@ -16,6 +16,7 @@ import operator
 import re
 from collections.abc import Callable
 from decimal import Decimal
+from fractions import Fraction
 from typing import Union
 
 from agent_gym.tools.base import Tool, ToolError, tool
@@ -29,10 +30,11 @@ __all__ = [
     "calculate",
     "calculator",
     "evaluate_arithmetic",
+    "evaluate_exact",
     "format_number",
 ]
 
-Number = Union[int, float]
+Number = Union[int, float, Fraction]
 
 #: Longest accepted expression, in characters.
 MAX_EXPRESSION_CHARS = 1000
@@ -69,8 +71,8 @@ _BINARY_OPS: dict[type[ast.operator], Callable[[Number, Number], Number]] = {
 }
 
 _UNARY_OPS: dict[type[ast.unaryop], Callable[[Number], Number]] = {
-    ast.UAdd: operator.pos,
-    ast.USub: operator.neg,
+    ast.UAdd: lambda x: +x,
+    ast.USub: lambda x: -x,
 }
 
 # Operators Python parses but a calculator should refuse, with their spelling.
@@ -117,18 +119,25 @@ def _check_number(value: Number) -> Number:
         raise CalculatorError("result is not a real number")
     if isinstance(value, float) and not math.isfinite(value):
         raise CalculatorError("result too large")
-    if isinstance(value, int) and value.bit_length() > _MAX_INT_BITS:
+    if _bits(value) > _MAX_INT_BITS:
         raise CalculatorError(f"result too large (more than {MAX_RESULT_DIGITS} digits)")
     return value
 
 
+def _bits(value: Number) -> int:
+    """The size of an exact number (an int, or a fraction's larger term); 0 for a float."""
+    if isinstance(value, Fraction):
+        return max(abs(value.numerator).bit_length(), value.denominator.bit_length())
+    return value.bit_length() if isinstance(value, int) else 0
+
+
 def _check_power(base: Number, exponent: Number) -> None:
     """Refuse powers that would be slow to compute or absurdly large."""
-    if abs(exponent) > MAX_EXPONENT:
+    if not -MAX_EXPONENT <= exponent <= MAX_EXPONENT:
         raise CalculatorError(f"exponent too large (the limit is {MAX_EXPONENT})")
-    if isinstance(base, int) and isinstance(exponent, int) and exponent > 0 and abs(base) > 1:
+    if _bits(base) and isinstance(exponent, int) and exponent > 0 and not -1 <= base <= 1:
         # Estimate the result's size before computing it: digits ~ exp * log10|base|.
-        digits = exponent * (abs(base).bit_length() - 1) * math.log10(2)
+        digits = exponent * (_bits(base) - 1) * math.log10(2)
         if digits > MAX_RESULT_DIGITS:
             raise CalculatorError(
                 f"exponent too large: the result would have more than {MAX_RESULT_DIGITS} digits"
@@ -236,6 +245,25 @@ def evaluate_arithmetic(expression: str) -> int | float:
             :data:`MAX_EXPONENT`, :data:`MAX_RESULT_DIGITS`.  No other
             exception escapes, whatever the input.
     """
+    result = _evaluate(expression, exact=False)
+    assert not isinstance(result, Fraction)
+    return result
+
+
+def evaluate_exact(expression: str) -> Fraction:
+    """:func:`evaluate_arithmetic` in exact rational arithmetic: ``6 / 4 * 2`` is exactly 3 and
+    ``0.1 + 0.2`` exactly 3/10 (a decimal literal is read as the decimal it spells).
+
+    Raises:
+        CalculatorError: as :func:`evaluate_arithmetic`, and for a power whose exponent is not a
+            whole number (it has no exact value in general).
+    """
+    result = _evaluate(expression, exact=True)
+    assert isinstance(result, Fraction)
+    return result
+
+
+def _evaluate(expression: str, *, exact: bool) -> Number:
     if not isinstance(expression, str):
         raise CalculatorError(f"expression must be a string, got {type(expression).__name__}")
     text = expression.strip()
@@ -264,7 +292,10 @@ def evaluate_arithmetic(expression: str) -> int | float:
             # bool is an int subclass: refuse it explicitly.
             if isinstance(literal, bool) or not isinstance(literal, (int, float)):
                 raise _refuse(node)
-            values.append(_check_number(literal))
+            number: Number = literal
+            if exact:
+                number = Fraction(repr(literal)) if isinstance(literal, float) else Fraction(literal)
+            values.append(_check_number(number))
         elif isinstance(node, ast.BinOp):
             if not children_done:
                 _check_operator(node.op)
@@ -276,6 +307,11 @@ def evaluate_arithmetic(expression: str) -> int | float:
             else:
                 right = values.pop()
                 left = values.pop()
+                if exact and isinstance(node.op, ast.Pow):
+                    assert isinstance(right, Fraction)
+                    if right.denominator != 1:
+                        raise CalculatorError("a power with a fractional exponent has no exact value")
+                    right = int(right)
                 values.append(_apply_binary(node.op, left, right))
         elif isinstance(node, ast.UnaryOp):
             if not children_done:

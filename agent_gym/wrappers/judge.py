@@ -36,6 +36,7 @@ import gymnasium as gym
 
 from agent_gym.chat.backends import ChatBackendError, HFChat, OpenAICompatibleChat
 from agent_gym.core.async_step import astep
+from agent_gym.core.grading import after_marker, tagged
 
 __all__ = [
     "DEFAULT_RUBRIC",
@@ -90,7 +91,6 @@ class JudgeError(RuntimeError):
 
 # -- reading the answer and the verdict --------------------------------------------------------------
 
-_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 _VERDICT_LINE = re.compile(
     r"^[\s*_#>`-]*(verdict|score)[\s*_`]*[:=][\s*_`]*([A-Za-z]+|[-+]?\d*\.?\d+(?:/\d+)?)[\s*_`.!]*$",
@@ -104,12 +104,10 @@ def default_extract(text: str) -> str:
     last ``####``, else the whole message; ``<think>...</think>`` reasoning is dropped first, so the
     judge grades what the policy answered, not how it got there."""
     text = _THINK.sub("", text)
-    tagged = _ANSWER_TAG.findall(text)
-    if tagged:
-        return str(tagged[-1]).strip()
-    if "####" in text:
-        return text.rsplit("####", 1)[1].strip()
-    return text.strip()
+    answer = tagged(text, "answer", open_at_end=False)
+    if answer is None:
+        answer = after_marker(text, first_line=False)
+    return text.strip() if answer is None else answer
 
 
 def parse_verdict(reply: str) -> float | None:

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import urllib.request
 import zlib
 from fractions import Fraction
 from typing import Any, Mapping
 
 import numpy as np
+
+from agent_gym.core.grading import final_number
 
 __all__ = ["CALCULATE_TOOL", "DEMO_SPLITS", "SYSTEM_PROMPT", "answer_match", "calculator_program", "demo_task", "final_number"]
 
@@ -91,18 +92,6 @@ def _chat(base_url: str, api_key: str, body: Mapping[str, Any]) -> dict[str, Any
     )
     with urllib.request.urlopen(request, timeout=600) as response:
         return json.loads(response.read())["choices"][0]["message"]
-
-
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
-
-
-def final_number(text: str) -> str | None:
-    """The number after the last ``####``, else the last number of ``text``; ``None`` if there is none."""
-    tail = text.rsplit("####", 1)[1] if "####" in text else text
-    numbers = _NUMBER.findall(tail)
-    if not numbers:
-        return None
-    return (numbers[0] if "####" in text else numbers[-1]).replace(",", "")
 
 
 def answer_match(result: Any, task: Mapping[str, Any]) -> Any:

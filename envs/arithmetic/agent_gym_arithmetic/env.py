@@ -65,8 +65,8 @@ class ArithmeticEnv(AgentEnv):
         ]
 
     def grade(self, task: ArithmeticTask, turn: Turn) -> Grade:
-        correct, reason = check_answer(turn.parsed.content, task.answer)
-        return Grade.from_check(correct, reason, format_ok="####" in turn.parsed.content, expected=task.answer)
+        check = check_answer(turn.parsed.content, task.answer)
+        return Grade.from_check(check.correct, check.reason, format_ok="####" in turn.parsed.content, expected=task.answer)
 
 
 #: The worked example of ``few_shot``: (expression, final answer text).

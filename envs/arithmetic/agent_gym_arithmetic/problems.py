@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import zlib
 from dataclasses import dataclass
 from fractions import Fraction
@@ -10,7 +9,8 @@ from fractions import Fraction
 import numpy as np
 
 from agent_gym.core.tasks import GeneratedTaskId
-from agent_gym.tools.calculator import evaluate_arithmetic, format_number
+from agent_gym.core.grading import AnswerCheck, evaluate_arithmetic, final_number
+from agent_gym.tools.calculator import format_number
 
 __all__ = ["LEVELS", "SPLITS", "ArithmeticTask", "generate_task", "final_number", "check_answer"]
 
@@ -54,22 +54,10 @@ def generate_task(n: int, level: int, split: str) -> ArithmeticTask:
     return ArithmeticTask(str(GeneratedTaskId(split, f"L{level}", n)), level, expression, format_number(evaluate_arithmetic(expression)))
 
 
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
-
-
-def final_number(response: str) -> str | None:
-    """The answer a response gives: the number after the last ``####`` if there is one, else the
-    last number in the response (small models rarely follow an answer format); ``None`` if none."""
-    tail = response.rsplit("####", 1)[1] if "####" in response else response
-    numbers = _NUMBER.findall(tail)
-    if not numbers:
-        return None
-    return (numbers[0] if "####" in response else numbers[-1]).replace(",", "")
-
-
-def check_answer(response: str, expected: str) -> tuple[bool, str]:
-    """``(correct, reason)``: reason is ``correct``, ``no_number`` or ``wrong_answer``."""
+def check_answer(response: str, expected: str) -> AnswerCheck:
+    """The check's reason is ``correct``, ``no_number`` or ``wrong_answer``; its ``value`` the number read."""
     given = final_number(response)
     if given is None:
-        return False, "no_number"
-    return (Fraction(given) == Fraction(expected)), ("correct" if Fraction(given) == Fraction(expected) else "wrong_answer")
+        return AnswerCheck("no_number", expected=expected)
+    value = Fraction(given)
+    return AnswerCheck("correct" if value == Fraction(expected) else "wrong_answer", predicted=given, value=value, expected=expected)

@@ -67,12 +67,14 @@ def test_task_ids_round_trip_and_bad_ids_name_the_form(tok):
     ],
 )
 def test_check_answer(response, expected, result):
-    assert check_answer(response, expected) == result
+    check = check_answer(response, expected)
+    assert (check.correct, check.reason) == result
 
 
 def test_final_number_prefers_hashes():
     assert final_number("1 then 2\n#### 3 and 4") == "3"
     assert final_number("1, 2, 3") == "3"
+    assert final_number("no number") is None
 
 
 @pytest.mark.parametrize("env_id", ["AgentR1/Arithmetic-v0", "AgentR1/ArithmeticTool-v0"])

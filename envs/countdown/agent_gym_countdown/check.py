@@ -14,8 +14,8 @@ response (an ``<answer>`` left open at the very end of the response counts too);
 Checking
 --------
 The text is first validated by the project's safe calculator parser
-(:func:`agent_gym.tools.calculator.evaluate_arithmetic`: no names, calls or other code, bounded
-size), then evaluated with exact rational arithmetic (:class:`fractions.Fraction`), so ``6 / 4 * 2``
+(:func:`agent_gym.core.grading.evaluate_arithmetic`: no names, calls or other code, bounded
+size), then evaluated with exact rational arithmetic (:func:`agent_gym.core.grading.evaluate_exact`), so ``6 / 4 * 2``
 is exactly 3 and fractions may appear mid-way. Allowed: integer literals, binary ``+ - * /`` and
 parentheses. Every literal must be one of the given numbers, each used at most as often as it is
 given (not every number has to be used).
@@ -39,69 +39,26 @@ from __future__ import annotations
 import ast
 import re
 from collections import Counter
-from dataclasses import dataclass
-from fractions import Fraction
 from typing import Sequence
 
-from agent_gym.tools.calculator import CalculatorError, evaluate_arithmetic
+from agent_gym.core.grading import AnswerCheck, CalculatorError, after_marker, evaluate_arithmetic, evaluate_exact, tagged
 
-__all__ = ["REASONS", "AnswerCheck", "check_answer", "check_expression", "extract_answer"]
+__all__ = ["REASONS", "check_answer", "check_expression", "extract_answer"]
 
 REASONS = (
     "correct", "no_answer", "unparsable", "operator_not_allowed", "number_not_given", "number_reused",
     "division_by_zero", "wrong_value",
 )
 
-_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
-_OPEN_RE = re.compile(r"<answer>", re.IGNORECASE)
-_CLOSE_RE = re.compile(r"</answer>", re.IGNORECASE)
 _BARE_NUMBER_RE = re.compile(r"[+-]?\d+(?:\.\d+)?")
 _TRANSLATE = str.maketrans({"×": "*", "·": "*", "÷": "/", "−": "-", "–": "-"})
 _OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
 
 
-@dataclass(frozen=True)
-class AnswerCheck:
-    """The verdict on one answer.
-
-    Attributes:
-        reason: see the module docstring.
-        expression: the expression that was checked (after normalising), or ``None``.
-        value: its exact value, when it could be computed.
-        numbers_used: the literals of the expression, in order.
-        detail: a one-line explanation for people (and logs).
-    """
-
-    reason: str
-    expression: str | None = None
-    value: Fraction | None = None
-    numbers_used: tuple[int, ...] = ()
-    detail: str = ""
-
-    @property
-    def correct(self) -> bool:
-        return self.reason == "correct"
-
-    @property
-    def reward(self) -> float:
-        return 1.0 if self.correct else 0.0
-
-
 def extract_answer(text: str) -> str | None:
     """The raw answer text of a response (see the module docstring), or ``None``."""
-    closed = list(_ANSWER_RE.finditer(text))
-    last_open = None
-    for m in _OPEN_RE.finditer(text):
-        last_open = m
-    # An <answer> opened after the last closed block and never closed: the response was cut.
-    if last_open is not None and (not closed or last_open.start() > closed[-1].start()):
-        if not _CLOSE_RE.search(text, last_open.end()):
-            return text[last_open.end():].strip()
-    if closed:
-        return closed[-1].group(1).strip()
-    if "####" in text:
-        return text.rsplit("####", 1)[1].strip().split("\n", 1)[0].strip()
-    return None
+    answer = tagged(text, "answer")
+    return answer if answer is not None else after_marker(text, skip_blank=True)
 
 
 def _normalise(raw: str) -> str:
@@ -127,43 +84,45 @@ def check_expression(expression: str, numbers: Sequence[int], target: int) -> An
     """Check one (normalised) expression against the given numbers and the target."""
     expression = expression.strip()
     if not expression:
-        return AnswerCheck("no_answer", expression="", detail="the answer is empty")
+        return AnswerCheck("no_answer", normalized="", detail="the answer is empty")
     try:
         evaluate_arithmetic(expression)  # the safe parser: validates syntax and size, never evals
     except CalculatorError as exc:
         if str(exc) != "division by zero":  # that one we report after the number checks
-            return AnswerCheck("unparsable", expression, detail=str(exc))
+            return AnswerCheck("unparsable", normalized=expression, detail=str(exc))
     tree = ast.parse(expression, mode="eval").body  # safe: the calculator accepted this text
 
     for node in ast.walk(tree):
         if isinstance(node, ast.BinOp):
             if type(node.op) not in _OPS:
-                return AnswerCheck("operator_not_allowed", expression, detail=f"operator {_op_name(node.op)} is not allowed; use + - * /")
+                return AnswerCheck("operator_not_allowed", normalized=expression, detail=f"operator {_op_name(node.op)} is not allowed; use + - * /")
         elif isinstance(node, ast.UnaryOp):
-            return AnswerCheck("operator_not_allowed", expression, detail="unary signs are not allowed; write binary + - * / only")
+            return AnswerCheck("operator_not_allowed", normalized=expression, detail="unary signs are not allowed; write binary + - * / only")
         elif isinstance(node, ast.Constant) and _integer(node) is None:
-            return AnswerCheck("number_not_given", expression, detail=f"{node.value!r} is not one of the given numbers {list(numbers)}")
+            return AnswerCheck("number_not_given", normalized=expression, detail=f"{node.value!r} is not one of the given numbers {list(numbers)}")
     literals = [number for n in _in_order(tree) if (number := _integer(n)) is not None]  # reading order: all of them
-    used = tuple(literals)
+    used = {"numbers_used": tuple(literals)}
     available = Counter(int(n) for n in numbers)
     counts = Counter(literals)
     for number in counts:
         if number not in available:
-            return AnswerCheck("number_not_given", expression, numbers_used=used, detail=f"{number} is not one of the given numbers {list(numbers)}")
+            return AnswerCheck("number_not_given", normalized=expression, extra=used, detail=f"{number} is not one of the given numbers {list(numbers)}")
     for number, times in counts.items():
         if times > available[number]:
             given = available[number]
             return AnswerCheck(
-                "number_reused", expression, numbers_used=used,
+                "number_reused", normalized=expression, extra=used,
                 detail=f"{number} is used {times} times but given {given} time{'s' if given != 1 else ''}",
             )
     try:
-        value = _exact_value(tree)
-    except ZeroDivisionError:
-        return AnswerCheck("division_by_zero", expression, numbers_used=used, detail="division by zero")
+        value = evaluate_exact(expression)
+    except CalculatorError as exc:
+        if str(exc) != "division by zero":  # pragma: no cover - + - * / of given integers
+            return AnswerCheck("unparsable", normalized=expression, extra=used, detail=str(exc))
+        return AnswerCheck("division_by_zero", normalized=expression, extra=used, detail="division by zero")
     if value == target:
-        return AnswerCheck("correct", expression, value, used, detail=f"{expression} = {target}")
-    return AnswerCheck("wrong_value", expression, value, used, detail=f"{expression} = {value}, not {target}")
+        return AnswerCheck("correct", normalized=expression, value=value, extra=used, detail=f"{expression} = {target}")
+    return AnswerCheck("wrong_value", normalized=expression, value=value, extra=used, detail=f"{expression} = {value}, not {target}")
 
 
 def _integer(node: ast.Constant) -> int | None:
@@ -190,34 +149,3 @@ def _in_order(tree: ast.expr) -> list[ast.Constant]:
         elif isinstance(node, ast.Constant):
             out.append(node)
     return out
-
-
-def _exact_value(tree: ast.expr) -> Fraction:
-    """Evaluate a tree of integer constants and binary + - * / exactly (iterative post-order)."""
-    values: list[Fraction] = []
-    stack: list[tuple[ast.expr, bool]] = [(tree, False)]
-    while stack:
-        node, done = stack.pop()
-        if isinstance(node, ast.Constant):
-            values.append(Fraction(_integer(node) or 0))  # check_expression accepted integer literals only
-        elif isinstance(node, ast.BinOp):
-            if not done:
-                stack.append((node, True))
-                stack.append((node.right, False))
-                stack.append((node.left, False))
-            else:
-                right = values.pop()
-                left = values.pop()
-                op = type(node.op)
-                if op is ast.Add:
-                    values.append(left + right)
-                elif op is ast.Sub:
-                    values.append(left - right)
-                elif op is ast.Mult:
-                    values.append(left * right)
-                else:
-                    values.append(left / right)  # ZeroDivisionError is the caller's
-        else:  # pragma: no cover - excluded by the checks above
-            raise ValueError(f"unexpected node {type(node).__name__}")
-    (value,) = values
-    return value

@@ -108,11 +108,11 @@ class CountdownEnv(AgentEnv):
             check.correct,
             check.reason,
             answer_detail=check.detail,
-            expression=check.expression,
+            expression=check.normalized,
             value=None if check.value is None else str(check.value),
             numbers=list(task.numbers),
             target=task.target,
-            numbers_used=list(check.numbers_used),
+            numbers_used=list(check.extra.get("numbers_used", ())),
             difficulty=task.difficulty,
             reference_solution=task.solution,
         )

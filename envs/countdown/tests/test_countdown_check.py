@@ -68,7 +68,7 @@ def test_exact_rational_arithmetic_where_floats_fail():
     assert 8 / (3 - 8 / 3) != 24
     check = check_expression("8 / (3 - 8 / 3)", [3, 3, 8, 8], 24)
     assert check.correct and check.value == Fraction(24)
-    assert check.numbers_used == (8, 3, 8, 3)
+    assert check.extra["numbers_used"] == (8, 3, 8, 3)
     assert check_expression("(1 / 3) * 3", [1, 3, 3], 1).correct
 
 

@@ -34,6 +34,8 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
+from agent_gym.core.grading import ANSWER_MARKER, after_marker
+
 if TYPE_CHECKING:  # importlib.resources.abc is Python >= 3.11
     from importlib.abc import Traversable
 
@@ -60,8 +62,6 @@ HUB_SOURCE = HUB_PREFIX + HF_DATASET
 #: Valid split names.
 SPLITS: tuple[str, ...] = ("train", "test")
 
-# Separator between the reference reasoning and the final answer in GSM8K's "answer" field.
-_ANSWER_MARKER = "####"
 # The folder of this package that holds the packaged copy (<split>.jsonl.gz, LICENSE, README.md).
 _PACKAGED_DIR = "dataset"
 # What to run when the hub is asked for but `datasets` is missing (the extra "hub" of agent-r1-gym-gsm8k;
@@ -83,7 +83,7 @@ class GSM8KTask:
         question: The problem statement.
         answer: The raw final answer: the text after the last ``####`` of the reference, stripped
             (e.g. ``"18"``, ``"-3"``, ``"1,080"``). Not normalised; compare through
-            :func:`agent_gym_gsm8k.reward.normalize_number`.
+            :func:`agent_gym.core.grading.normalize_number`.
         solution: The full reference answer field: step-by-step reasoning (with GSM8K's
             ``<<a*b=c>>`` calculator annotations) ending in the ``#### <answer>`` line.
     """
@@ -105,11 +105,11 @@ def _parse_record(record: object, *, split: str, index: int, where: str) -> GSM8
     solution = record.get("answer")
     if not isinstance(question, str) or not isinstance(solution, str):
         raise ValueError(f"{where}: expected string fields 'question' and 'answer'")
-    if _ANSWER_MARKER not in solution:
-        raise ValueError(f"{where}: 'answer' has no '{_ANSWER_MARKER} <final answer>' line")
-    answer = solution.rsplit(_ANSWER_MARKER, 1)[1].strip()
+    answer = after_marker(solution, first_line=False)
+    if answer is None:
+        raise ValueError(f"{where}: 'answer' has no '{ANSWER_MARKER} <final answer>' line")
     if not answer:
-        raise ValueError(f"{where}: the final answer after '{_ANSWER_MARKER}' is empty")
+        raise ValueError(f"{where}: the final answer after '{ANSWER_MARKER}' is empty")
     return GSM8KTask(id=f"{split}-{index}", question=question, answer=answer, solution=solution)
 
 

@@ -66,7 +66,7 @@ class GSM8KTaskSource:
             check.correct,
             check.reason,
             format_ok=check.reason in ("correct", "wrong_answer"),
-            predicted=check.predicted_normalized,
+            predicted=check.normalized,
             expected=task.answer,
         )
 

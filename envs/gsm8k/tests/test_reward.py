@@ -9,13 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agent_gym.core.grading import AnswerCheck, normalize_number
 from agent_gym_gsm8k.data import DATA_DIR_ENV_VAR, load_gsm8k
-from agent_gym_gsm8k.reward import (
-    AnswerCheck,
-    extract_final_answer,
-    normalize_number,
-    score_answer,
-)
+from agent_gym_gsm8k.reward import extract_final_answer, score_answer
 
 
 def _dollars_with_commas(answer: str) -> str:
@@ -113,14 +109,8 @@ def test_extract_final_answer(response: str, expected: str | None) -> None:
 
 def test_score_answer_fields() -> None:
     check = score_answer("2 + 2 = 4\n#### $4.00", "4")
-    assert check == AnswerCheck(
-        reward=1.0,
-        correct=True,
-        predicted="$4.00",
-        predicted_normalized="4",
-        expected="4",
-        reason="correct",
-    )
+    assert check == AnswerCheck("correct", predicted="$4.00", normalized="4", expected="4")
+    assert (check.reward, check.correct) == (1.0, True)
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,7 @@ import numpy as np
 from agent_gym.core.env import AgentEnv, Grade, Turn
 from agent_gym.core.prompts import PromptTemplates
 from agent_gym.core.tasks import TaskList, text_of
+from agent_gym.core.grading import after_marker
 
 __all__ = [
     "DEMO_INSTRUCTIONS",
@@ -107,7 +108,8 @@ def select_split(tasks: Sequence[dict[str, Any]], split: str | None, where: str 
 
 def final_answer(response: str) -> str:
     """The text after the last ``####`` (the whole response without one), stripped."""
-    return response.rsplit("####", 1)[-1].strip()
+    after = after_marker(response, first_line=False)
+    return response.strip() if after is None else after
 
 
 def exact_match(response: str, task: Mapping[str, Any]) -> Grade:

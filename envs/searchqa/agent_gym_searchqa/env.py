@@ -148,7 +148,7 @@ class SearchQAEnv(AgentEnv):
         return Grade.from_check(
             check.correct,
             check.reason,
-            f1=check.f1,
+            f1=check.score,
             predicted=check.predicted,
             golden_answers=list(task.golden_answers),
             difficulty=task.difficulty,

@@ -13,18 +13,17 @@ from __future__ import annotations
 import re
 import string
 from collections import Counter
-from dataclasses import dataclass
 from typing import Literal, Sequence
 
-__all__ = ["AnswerCheck", "check_answer", "exact_match", "extract_answer", "f1_score", "normalize_answer"]
+from agent_gym.core.grading import AnswerCheck, tagged
+
+__all__ = ["check_answer", "exact_match", "extract_answer", "f1_score", "normalize_answer"]
 
 #: Why an answer got its reward.
 CheckReason = Literal["correct", "no_answer", "wrong_answer"]
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
-_OPEN_ANSWER = re.compile(r"<answer>((?:(?!</?answer>).)*)\Z", re.DOTALL | re.IGNORECASE)
 
 
 def normalize_answer(text: str) -> str:
@@ -58,28 +57,14 @@ def f1_score(prediction: str, golden_answers: Sequence[str]) -> float:
 def extract_answer(response: str) -> str | None:
     """The text of the last ``<answer>...</answer>`` block, or of an ``<answer>`` left open at the
     end; ``None`` when the response has neither."""
-    closed = [(m.start(), m.group(1)) for m in _ANSWER.finditer(response)]
-    opened = _OPEN_ANSWER.search(response)
-    if opened is not None and (not closed or opened.start() > closed[-1][0]):
-        return opened.group(1).strip()
-    return closed[-1][1].strip() if closed else None
-
-
-@dataclass(frozen=True)
-class AnswerCheck:
-    """The grade of one response: ``correct`` (exact match), ``f1``, what was read and why."""
-
-    correct: bool
-    f1: float
-    predicted: str | None
-    reason: CheckReason
+    return tagged(response, "answer")
 
 
 def check_answer(response: str, golden_answers: Sequence[str]) -> AnswerCheck:
     """Grade ``response`` against ``golden_answers``: ``no_answer`` (no ``<answer>`` tag),
-    ``wrong_answer`` or ``correct``."""
+    ``wrong_answer`` or ``correct``; the check's ``score`` is the token F1."""
     predicted = extract_answer(response)
     if predicted is None:
-        return AnswerCheck(False, 0.0, None, "no_answer")
-    correct = exact_match(predicted, golden_answers)
-    return AnswerCheck(correct, f1_score(predicted, golden_answers), predicted, "correct" if correct else "wrong_answer")
+        return AnswerCheck("no_answer", score=0.0)
+    reason: CheckReason = "correct" if exact_match(predicted, golden_answers) else "wrong_answer"
+    return AnswerCheck(reason, predicted=predicted, score=f1_score(predicted, golden_answers))

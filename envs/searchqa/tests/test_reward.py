@@ -39,5 +39,5 @@ def test_check_answer_reasons():
     assert check_answer("It is <answer>Ivo Dadov</answer>", ["Ivo Dadov"]).reason == "correct"
     wrong = check_answer("<answer>Ivo Smith</answer>", ["Ivo Dadov"])
     assert (wrong.correct, wrong.reason, wrong.predicted) == (False, "wrong_answer", "Ivo Smith")
-    assert wrong.f1 == pytest.approx(0.5)
+    assert wrong.score == pytest.approx(0.5)
     assert check_answer("Ivo Dadov", ["Ivo Dadov"]).reason == "no_answer"

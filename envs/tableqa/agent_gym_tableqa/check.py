@@ -10,74 +10,50 @@
 from __future__ import annotations
 
 import datetime as dt
-import re
-from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Literal
 
-__all__ = ["AnswerCheck", "check_answer", "extract_final_answer", "parse_number"]
+from agent_gym.core.grading import AnswerCheck, after_marker, clean_answer
+from agent_gym.core.grading import parse_number as _parse_number
 
-MARKER = "####"
+__all__ = ["check_answer", "extract_final_answer", "parse_number"]
+
 Reason = Literal["correct", "no_final_answer", "unparsable_answer", "wrong_answer"]
-_NUMBER = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)")
-
-
-@dataclass(frozen=True)
-class AnswerCheck:
-    reward: float
-    correct: bool
-    reason: Reason
-    predicted: str | None
 
 
 def extract_final_answer(response: str) -> str | None:
-    """The first line after the last ``####`` (stripped); ``None`` without a marker."""
-    if MARKER not in response:
-        return None
-    lines = response.rsplit(MARKER, 1)[1].strip().splitlines()
-    return lines[0].strip() if lines else ""
-
-
-def _clean_text(s: str) -> str:
-    s = s.strip()
-    if len(s) > 4 and s.startswith("**") and s.endswith("**"):
-        s = s[2:-2].strip()
-    s = s.strip("`'\"").strip()
-    if s.endswith("."):
-        s = s[:-1].rstrip()
-    return " ".join(s.split())
+    """The first non-blank line after the last ``####`` (stripped); ``None`` without a marker."""
+    return after_marker(response, skip_blank=True)
 
 
 def parse_number(text: str) -> Fraction | None:
-    """An exact number from an answer (``"$1,234.50"`` -> ``Fraction(2469, 2)``); ``None`` if it is not one."""
-    s = _clean_text(text).replace("$", "").replace(",", "").replace(" ", "")
-    if not _NUMBER.fullmatch(s):
-        return None
-    return Fraction(s)
+    """An exact number from an answer (``"$1,234.50"`` -> ``Fraction(2469, 2)``); ``None`` if it is
+    not one (:func:`agent_gym.core.grading.parse_number`, lenient: any commas, spaces, quotes)."""
+    return _parse_number(text, lenient=True)
 
 
 def check_answer(response: str, answer_type: str, exact: Any) -> AnswerCheck:
     """Grade ``response`` against the exact reference (see the module docstring)."""
     predicted = extract_final_answer(response)
     if predicted is None:
-        return AnswerCheck(0.0, False, "no_final_answer", None)
+        return AnswerCheck("no_final_answer", predicted=None)
     if answer_type in ("int", "decimal"):
         value = parse_number(predicted)
         if value is None:
-            return AnswerCheck(0.0, False, "unparsable_answer", predicted)
+            return AnswerCheck("unparsable_answer", predicted=predicted)
         ok = value == Fraction(exact) if answer_type == "int" else abs(value - Fraction(exact)) <= Fraction(1, 200)
     elif answer_type == "date":
-        text = _clean_text(predicted)
+        text = clean_answer(predicted)
         try:
             day = dt.date.fromisoformat(text.split()[0].split("T")[0]) if text else None
         except ValueError:
             day = None
         if day is None:
-            return AnswerCheck(0.0, False, "unparsable_answer", predicted)
+            return AnswerCheck("unparsable_answer", predicted=predicted)
         ok = day.isoformat() == str(exact)
     else:
-        text = _clean_text(predicted)
+        text = clean_answer(predicted)
         if not text:
-            return AnswerCheck(0.0, False, "unparsable_answer", predicted)
-        ok = text.casefold() == _clean_text(str(exact)).casefold()
-    return AnswerCheck(1.0 if ok else 0.0, ok, "correct" if ok else "wrong_answer", predicted)
+            return AnswerCheck("unparsable_answer", predicted=predicted)
+        ok = text.casefold() == clean_answer(str(exact)).casefold()
+    return AnswerCheck("correct" if ok else "wrong_answer", predicted=predicted)
