@@ -68,8 +68,22 @@ def test_a_package_hidden_by_a_folder_of_its_name_is_named_in_the_error(plugins)
 
 def test_an_unknown_id_with_every_package_registered_says_so(plugins):
     with pytest.raises(gym.error.NameNotFound, match=r"AgentR1/Nope-v0 is not registered in this process .*"
-                                                       r"is its env package installed\? \(`agent-gym list` shows what is\)"):
+                                                       r"is its env package installed\? install it \(`pip install agent-r1-gym-<family>`, "
+                                                       r"or `pip install -e envs/<family>` in a checkout\) and `agent-gym list` shows it"):
         registry.require_env("AgentR1/Nope-v0")
+
+
+def test_make_env_names_the_closest_id_and_the_arguments_an_env_takes(plugins):
+    from agent_gym.core.make import UnknownEnvError, make_env
+
+    with pytest.raises(UnknownEnvError, match=r"AgentR1/GSM8KTol-v0 is not registered .*; did you mean AgentR1/GSM8KTool-v0\?") as raised:
+        make_env("AgentR1/GSM8KTol-v0")
+    assert isinstance(raised.value, ValueError) and isinstance(raised.value, gym.error.NameNotFound)
+    with pytest.raises(TypeError) as bad:
+        make_env("AgentR1/GSM8KTool-v0", colour="red")
+    message = str(bad.value)
+    assert message.startswith("AgentR1/GSM8KTool-v0 takes no argument 'colour'"), message
+    assert "split" in message and "was raised from the environment creator" not in message
 
 
 def test_a_registered_id_needs_no_discovery(monkeypatch):

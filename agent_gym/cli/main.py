@@ -309,15 +309,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _env_factory(env_id: str, **kwargs: Any) -> Callable[[], Any]:
-    import gymnasium as gym
-
-    from agent_gym.registry import make_error_message
+    from agent_gym.core.make import make_env
 
     def make() -> Any:
         try:
-            return gym.make(env_id, **kwargs)
-        except TypeError as exc:  # an --env-kwarg the env's constructor does not take
-            raise UsageError(make_error_message(env_id, exc)) from None
+            return make_env(env_id, **kwargs)
+        except TypeError as exc:  # an --env-kwarg the env's constructor does not take, in make_env's words
+            raise UsageError(str(exc)) from None
 
     return make
 

@@ -215,9 +215,9 @@ class _Checker:
             self.report.results.append(CheckResult(name, "pass", detail))
 
     def _make(self) -> Any:
-        import gymnasium as gym
+        from agent_gym.core.make import make_env
 
-        env = gym.make(self.env_id, tokenizer=self.tokenizer, **self.kwargs)
+        env = make_env(self.env_id, tokenizer=self.tokenizer, **self.kwargs)
         self.envs.append(env)
         return env
 

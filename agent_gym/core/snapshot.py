@@ -177,12 +177,12 @@ def make_like(env: Any) -> Any:
     Raises:
         SnapshotError: ``env`` was not made by ``gym.make``.
     """
-    import gymnasium as gym
+    from agent_gym.core.make import make_env
 
     spec = env.unwrapped.spec
     if spec is None:
         raise SnapshotError(f"{type(env.unwrapped).__name__} was not made by gym.make: make it with gym.make to fork it")
-    return gym.make(spec.id, **dict(spec.kwargs))
+    return make_env(spec.id, **dict(spec.kwargs))
 
 
 def fork(env: Any, n: int) -> list[Any]:

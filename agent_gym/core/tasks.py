@@ -184,6 +184,8 @@ def make_on_split(
     """
     import gymnasium as gym
 
+    from agent_gym.core.make import make_env
+
     # The installed env packages are registered: `import agent_gym`, which registers them, ran before
     # any module of agent_gym could (and importing the package from here would be an upward import).
     try:
@@ -197,7 +199,7 @@ def make_on_split(
         if not env_takes(env_id, "split"):
             raise ValueError(f"{env_id} takes no split argument; {no_split_hint}")
         kwargs["split"] = split
-    return gym.make(env_id, tokenizer=tokenizer, **kwargs)
+    return make_env(env_id, tokenizer=tokenizer, **kwargs)
 
 
 def source_tasks(env: Any, n: int | None = None, task_ids: Iterable[str] | None = None) -> list[Any]:

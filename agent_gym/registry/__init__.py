@@ -12,7 +12,9 @@ from agent_gym.registry.registry import (
     discover_envs,
     env_class,
     env_kwarg_names,
+    UnknownEnvError,
     list_envs,
+    make_env,
     make_error_message,
     register_env,
     require_env,
@@ -21,5 +23,5 @@ from agent_gym.registry.registry import (
 
 __all__ = [
     "ENTRY_POINT_GROUP", "NAMESPACE", "EnvCard", "discover_envs", "env_class", "env_kwarg_names", "list_envs",
-    "make_error_message", "register_env", "require_env", "unknown_kwarg_message",
+    "make_env", "make_error_message", "register_env", "require_env", "unknown_kwarg_message", "UnknownEnvError",
 ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import re
+import difflib
 import sys
 import threading
 import warnings
@@ -12,17 +12,16 @@ from typing import Any
 
 import gymnasium as gym
 
-from agent_gym.core.arguments import constructor_kwarg_names, unknown_kwarg_message
+from agent_gym.core.arguments import unknown_kwarg_message
+from agent_gym.core.make import NAMESPACE, UnknownEnvError, env_class, env_kwarg_names, make_env, make_error_message, set_resolver
 
 __all__ = [
     "ENTRY_POINT_GROUP", "NAMESPACE", "EnvCard", "register_env", "discover_envs", "require_env", "list_envs",
-    "make_error_message", "env_class", "env_kwarg_names", "unknown_kwarg_message",
+    "make_error_message", "env_class", "env_kwarg_names", "unknown_kwarg_message", "make_env", "UnknownEnvError",
 ]
 
 #: The entry-point group env packages register under.
 ENTRY_POINT_GROUP = "agent_gym.envs"
-#: The gymnasium namespace of every env id.
-NAMESPACE = "AgentR1"
 
 _CARDS: dict[str, "EnvCard"] = {}
 _DISCOVERED = False
@@ -128,8 +127,9 @@ def require_env(env_id: str) -> None:
     """Make sure ``env_id`` is registered in this process before ``gym.make``.
 
     If it is not, discovery runs once more (a registration that failed transiently, e.g. while another
-    thread was importing the same package, then succeeds); if it still is not, raises gymnasium's
-    ``NameNotFound`` naming the registered ids and every env package whose registration failed, and why.
+    thread was importing the same package, then succeeds); if it still is not, raises :class:`~agent_gym.core.make.UnknownEnvError` (gymnasium's
+    ``NameNotFound``) naming the registered ids, the closest one and every env package whose
+    registration failed, and why.
     """
     if env_id in gym.registry:
         return
@@ -137,12 +137,15 @@ def require_env(env_id: str) -> None:
     if env_id in gym.registry:
         return
     known = ", ".join(sorted(_CARDS)) or "none"
+    close = difflib.get_close_matches(env_id, list(_CARDS), n=1)
+    guess = f"; did you mean {close[0]}?" if close else ""
     if _FAILED:
         hint = "; env packages that failed to register here: " + "; ".join(
             f"{name!r}: {why}" for name, why in sorted(_FAILED.items()))
     else:
-        hint = "; is its env package installed? (`agent-gym list` shows what is)"
-    raise gym.error.NameNotFound(f"{env_id} is not registered in this process (registered: {known}){hint}")
+        hint = ("; is its env package installed? install it (`pip install agent-r1-gym-<family>`, or "
+                "`pip install -e envs/<family>` in a checkout) and `agent-gym list` shows it")
+    raise UnknownEnvError(f"{env_id} is not registered in this process (registered: {known}){guess}{hint}")
 
 
 def list_envs() -> list[EnvCard]:
@@ -151,57 +154,4 @@ def list_envs() -> list[EnvCard]:
     return [_CARDS[k] for k in sorted(_CARDS)]
 
 
-def env_class(env_id: str) -> Any:
-    """The class (or creator) registered as ``env_id`` (a bare id is tried under ``AgentR1/`` too), or
-    ``None`` when no such id is registered or its entry point does not import."""
-    for candidate in (env_id, f"{NAMESPACE}/{env_id}"):
-        try:
-            entry = gym.spec(candidate).entry_point
-        except gym.error.Error:
-            continue
-        if isinstance(entry, str):
-            try:
-                return gym.envs.registration.load_env_creator(entry)
-            except Exception:  # noqa: BLE001 - the message falls back to the constructor's own words
-                return None
-        return entry
-    return None
-
-
-def env_kwarg_names(env: Any) -> list[str] | None:
-    """The keyword arguments the constructor of ``env`` (a class, or a registered env id) takes, in
-    signature order (see :func:`agent_gym.core.arguments.constructor_kwarg_names`).
-
-    ``None`` when that cannot be known: no such env, a creator that is not a class, an unreadable
-    signature, or a ``**kwargs`` that reaches ``object`` (it takes anything).
-    """
-    cls = env_class(env) if isinstance(env, str) else env
-    if not isinstance(cls, type):
-        return None
-    return constructor_kwarg_names(cls)
-
-
-_UNEXPECTED = re.compile(r"got an unexpected keyword argument '([^']+)'")
-
-
-def make_error_message(env_id: str, exc: BaseException) -> str:
-    """The one-line message for a ``TypeError`` that ``gym.make(env_id, ...)`` raised.
-
-    For a constructor argument the env does not take, it names the arguments the env does take and the
-    closest one (see :func:`unknown_kwarg_message`), e.g. ``"AgentR1/GSM8K-v0 takes no argument
-    'colour'; It takes: tokenizer, split, ..."``. Other TypeErrors keep their own words, with the env id
-    leading. gymnasium appends every kwarg to the constructor's message (a tokenizer's whole repr among
-    them); that part is dropped. Every command line and server reports a bad env argument through this
-    function, so they all say it the same way.
-    """
-    message = " ".join(str(exc).split(" was raised from the environment creator", 1)[0].split())
-    if message.startswith(f"{env_id} takes no argument "):
-        return message  # already said in these words (e.g. by a wrapped factory)
-    match = _UNEXPECTED.search(message)
-    if match is not None:
-        accepted = env_kwarg_names(env_id)
-        # A name the constructor chain does take was rejected deeper inside (a bug, not a user's
-        # argument): its own words say more than the list would.
-        if accepted is not None and match.group(1) not in accepted:
-            return unknown_kwarg_message(env_id, match.group(1), accepted)
-    return f"{env_id}: {message}"
+set_resolver(require_env)  # make_env registers a missing id through discovery, or says why it cannot

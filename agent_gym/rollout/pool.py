@@ -23,6 +23,8 @@ import threading
 from collections import defaultdict
 from typing import Any, Iterator, Mapping, NamedTuple
 
+from agent_gym.core.make import make_env
+
 __all__ = ["EnvPool", "PoolKey"]
 
 
@@ -75,12 +77,7 @@ class EnvPool:
             idle = self._idle[key]
             if idle:
                 return key, idle.pop()
-        import gymnasium as gym
-
-        from agent_gym.registry import require_env  # importing agent_gym registers every installed env package
-
-        require_env(env_id)
-        env = gym.make(env_id, tokenizer=tokenizer, **kwargs)
+        env = make_env(env_id, tokenizer=tokenizer, **kwargs)
         self.made += 1
         return key, env
 

@@ -202,9 +202,9 @@ class EnvWorker:
     def _take(self) -> Any:
         if self.idle:
             return self.idle.pop()
-        import gymnasium
+        from agent_gym.core.make import make_env
 
-        return gymnasium.make(self.env_id, tokenizer=self.tokenizer, **self.env_kwargs)
+        return make_env(self.env_id, tokenizer=self.tokenizer, **self.env_kwargs)
 
     def _give(self, env: Any) -> None:
         if len(self.idle) < self.max_idle:

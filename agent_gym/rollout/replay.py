@@ -129,10 +129,8 @@ def _trajectories(source: Any) -> list[Trajectory]:
 
 
 def _make_env(trajectory: Trajectory, tokenizer: Any, env_kwargs: Mapping[str, Any] | None) -> Any:
-    import gymnasium as gym
-
+    from agent_gym.core.make import make_env
     from agent_gym.models import load_tokenizer
-    from agent_gym.registry import require_env
 
     meta = trajectory.metadata
     if env_kwargs is None and meta.get("env_kwargs_unrecorded"):
@@ -154,8 +152,7 @@ def _make_env(trajectory: Trajectory, tokenizer: Any, env_kwargs: Mapping[str, A
             ) from exc
     elif not hasattr(tokenizer, "encode"):
         tokenizer = load_tokenizer(tokenizer)
-    require_env(trajectory.env_id)
-    return gym.make(trajectory.env_id, tokenizer=tokenizer, **kwargs)
+    return make_env(trajectory.env_id, tokenizer=tokenizer, **kwargs)
 
 
 def _comparable(info: Mapping[str, Any]) -> dict[str, Any]:

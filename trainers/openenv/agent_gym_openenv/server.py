@@ -84,12 +84,11 @@ class ServedEnv:
     """
 
     def __init__(self, env_id: str, env_kwargs: Mapping[str, Any] | None = None, tokenizer: Any = None):
-        import gymnasium as gym
-
         import agent_gym  # noqa: F401  - registers the installed env packages
+        from agent_gym.core.make import make_env
         from agent_gym.models import load_tokenizer
 
-        self._gym = gym
+        self._make_env = make_env
         self.env_id = str(env_id)
         self.env_kwargs = dict(env_kwargs or {})
         if "tokenizer" in self.env_kwargs:
@@ -102,12 +101,7 @@ class ServedEnv:
         self._lock = threading.Lock()
         self.created = 0
         self.closed = 0
-        try:
-            probe = self.make()
-        except TypeError as exc:  # an argument the env does not take
-            from agent_gym.registry import make_error_message
-
-            raise TypeError(make_error_message(self.env_id, exc)) from None
+        probe = self.make()  # a bad id or argument raises make_env's error here, at start-up
         try:
             self.info = self._describe(probe)
         finally:
@@ -117,7 +111,7 @@ class ServedEnv:
         """A new env instance (what ``gym.make`` returns). Construction is serialised: sessions are
         created in worker threads and all of them share one tokenizer."""
         with self._lock:
-            env = self._gym.make(self.env_id, tokenizer=self.tokenizer, **self.env_kwargs)
+            env = self._make_env(self.env_id, tokenizer=self.tokenizer, **self.env_kwargs)
             self.created += 1
         return env
 
