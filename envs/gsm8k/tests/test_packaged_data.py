@@ -225,8 +225,9 @@ def test_wheel_carries_the_data_and_its_license(tmp_path: Path) -> None:
         "print(json.dumps([d.__file__, len(d.load_gsm8k('train')), len(d.load_gsm8k('test'))]))"
     )
     env = {k: v for k, v in os.environ.items() if k != DATA_DIR_ENV_VAR}
-    # -I -S: no site-packages (so not the editable install), no PYTHON* variables; data.py needs the stdlib only.
-    out = subprocess.run([sys.executable, "-I", "-S", "-c", probe, str(target)], check=True, capture_output=True,
+    # -I: no PYTHON* variables; the wheel's folder first on the path, so its copy is the one imported (checked
+    # below) before the editable install's finder; the core (agent_gym.core.grading) comes from site-packages.
+    out = subprocess.run([sys.executable, "-I", "-c", probe, str(target)], check=True, capture_output=True,
                          text=True, env=env, cwd=tmp_path, timeout=120)
     where, train, test = json.loads(out.stdout)
     assert where.startswith(str(target)) and (train, test) == (7473, 1319)
