@@ -13,8 +13,8 @@ import pytest
 
 import agent_gym
 from agent_gym.core.contract import CHECKS, ContractError, check_contract, type_problems
-from agent_gym.core.env import AgentEnv, EnvReply, Grade, Turn
-from agent_gym.core.types import StepInfo
+from agent_gym.core.env import AgentEnv, EnvReply, Grade, Turn, info_types
+from agent_gym.core.types import ResetInfo, StepInfo
 
 cli_main = importlib.import_module("agent_gym.cli.main")
 
@@ -134,6 +134,20 @@ class _OwnReset(_Echo):
         return obs, {**info, "extra": 1}
 
 
+class _Undeclared(_Echo):
+    def grade(self, task: dict, turn: Turn) -> Grade:
+        return Grade.from_check(True, "correct", echoed=turn.text)
+
+
+class EchoStepInfo(StepInfo, total=False):
+    echoed: str
+    """What the final turn said."""
+
+
+class _Declared(_Undeclared, AgentEnv[dict, ResetInfo, EchoStepInfo]):
+    pass
+
+
 class _Raising(_Echo):
     def respond(self, turn: Turn) -> EnvReply:
         raise RuntimeError("the env's own bug")
@@ -167,8 +181,9 @@ def test_a_sound_env_passes(planted, tokenizer):
         (_Drifting, "no_drift", "do not extend the previous prompt + action ids", "never re-render the context"),
         (_Forgetful, "snapshot", "restored after step 1, the next step differs from the original env's: obs['messages'][4]['content']: 'Heard 2.'", "episode_state"),
         (_NumpyReward, "step", "reward is np.float32(0.0) (float32), not a finite float", "finite float"),
-        (_BadInfo, "step", "step 2: info['correct'] is str 'yes', not bool | None", "values of their types"),
+        (_BadInfo, "step", "step 2: info['correct'] is str 'yes', not bool | None", "values of the declared types"),
         (_OwnReset, "hooks", "_OwnReset overrides reset", "customise reset through on_reset(task)"),
+        (_Undeclared, "step", "step 2: info has the undeclared key 'echoed'", "declare every info key the env returns"),
         (_Raising, "step", "raised RuntimeError: the env's own bug", "must not raise"),
     ],
 )
@@ -180,6 +195,13 @@ def test_each_planted_break_fails_its_check(planted, tokenizer, cls, check, foun
     assert found in result.detail and fix in result.fix, result
     with pytest.raises(ContractError, match=check):
         report.raise_if_failed()
+
+
+def test_declared_info_keys_pass(planted, tokenizer):
+    assert info_types(_Declared) == (ResetInfo, EchoStepInfo)
+    assert info_types(_Echo) == (ResetInfo, StepInfo)
+    report = check_contract(planted(_Declared), tokenizer=tokenizer)
+    assert report.ok, report
 
 
 def test_an_env_that_cannot_be_made_fails_make_and_skips_the_rest(planted, tokenizer):

@@ -9,10 +9,11 @@ check at a time:
   :class:`~agent_gym.core.spaces.ChatContextSpace` observation space over the tokenizer's vocabulary;
 - ``hooks``: ``reset``, ``step`` and ``astep`` are :class:`~agent_gym.core.env.AgentEnv`'s own (an env
   customises them through ``on_reset`` and ``respond``/``arespond``);
-- ``reset``: ``(obs, info)`` with the observation in its space and ``info`` a
-  :class:`~agent_gym.core.types.ResetInfo`;
+- ``reset``: ``(obs, info)`` with the observation in its space and ``info`` of the env's reset-info
+  type (:func:`agent_gym.core.env.info_types`: ``ResetInfo`` or the env's extension of it), no key
+  that the type does not declare;
 - ``step``: ``(obs, reward, terminated, truncated, info)`` with a ``float`` reward, ``bool`` flags and
-  ``info`` a :class:`~agent_gym.core.types.StepInfo`, for every scripted step;
+  ``info`` of the env's step-info type, for every scripted step;
 - ``determinism``: a second env reset with the same seed, stepped with the same actions, returns the
   same prompt ids, rewards, flags and ``info``; ``reset(options={"task_id": ...})`` gives the same
   episode again;
@@ -47,8 +48,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Mapping, Sequence
 
 import numpy as np
-
-from agent_gym.core.types import ResetInfo, StepInfo
 
 __all__ = ["CheckResult", "ContractError", "ContractReport", "check_contract", "type_problems", "CHECKS"]
 
@@ -273,16 +272,21 @@ class _Checker:
     # -- reset, step -------------------------------------------------------------------------------------
 
     def _check_reset(self) -> str:
+        from agent_gym.core.env import info_types
+
         result = self.env.reset(seed=self.seed)
         if not isinstance(result, tuple) or len(result) != 2:
             raise _Failed(f"reset returned {_kind(result)}, not (obs, info)", "return super().reset(...)'s pair")
         obs, info = result
         self._check_obs(obs, "reset")
-        self._check_info(info, ResetInfo, "reset")
+        self._check_info(info, info_types(type(self.env.unwrapped))[0], "reset")
         self.reset_result = result
         return f"{len(obs['prompt_ids'])} prompt ids, task {info.get('task_id')!r}"
 
     def _check_step(self) -> str:
+        from agent_gym.core.env import info_types
+
+        step_info = info_types(type(self.env.unwrapped))[1]
         obs = self.reset_result[0]
         for i in range(self.steps):
             action = self._action(i, obs)
@@ -301,7 +305,7 @@ class _Checker:
                 if type(value) is not bool:
                     raise _Failed(f"{where}: {flag} is {value!r} ({type(value).__name__}), not a bool",
                                   f"give EnvReply.{flag} a bool")
-            self._check_info(info, StepInfo, where)
+            self._check_info(info, step_info, where)
             if terminated or truncated:
                 break
         ends = "ended" if self.played and (self.played[-1].result[2] or self.played[-1].result[3]) else "still running"
@@ -339,11 +343,13 @@ class _Checker:
             raise _Failed(f"{where}: the observation is not in observation_space", fix)
 
     def _check_info(self, info: Any, declared: type, where: str) -> None:
-        problems = type_problems(info, declared, name="info")
+        problems = type_problems(info, declared, exact=True, name="info")
         if problems:
             raise _Failed(
                 f"{where}: {problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""),
-                f"return the keys of {declared.__qualname__} ({declared.__module__}) with values of their types",
+                f"declare every info key the env returns, with its type, in {declared.__qualname__} ({declared.__module__}) "
+                "or an extension of it that the env class names (AgentEnv[Task, ResetInfo, StepInfo]); return values "
+                "of the declared types",
             )
 
     # -- determinism, drift ------------------------------------------------------------------------------

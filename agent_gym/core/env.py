@@ -22,10 +22,11 @@ import copy
 import json
 from abc import abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Mapping, Sequence, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Mapping, Sequence, cast, get_args, get_origin
 
 import gymnasium as gym
 import numpy as np
+from typing_extensions import TypeVar  # PEP 696 defaults (Python 3.13's typing); comes with pydantic
 
 from agent_gym.chat.context import ChatContext
 from agent_gym.chat.template import ChatTemplate
@@ -40,12 +41,16 @@ from agent_gym.tools.source import ToolSource, collect_sources
 if TYPE_CHECKING:
     from agent_gym.core.snapshot import EnvSnapshot
 
-__all__ = ["AgentEnv", "Turn", "EnvReply", "Grade", "ObsType", "TaskT"]
+__all__ = ["AgentEnv", "Turn", "EnvReply", "Grade", "ObsType", "TaskT", "ResetInfoT", "StepInfoT", "info_types"]
 
 #: The observation type of every agent env (kept under gymnasium's name for it).
 ObsType = Observation
 #: The task type of an env: GSM8K's ``GSM8KTask``, Countdown's ``CountdownTask``, a mapping, ...
 TaskT = TypeVar("TaskT")
+#: The reset-info type of an env: :class:`~agent_gym.core.types.ResetInfo` or an extension of it.
+ResetInfoT = TypeVar("ResetInfoT", bound=ResetInfo, default=ResetInfo)
+#: The step-info type of an env: :class:`~agent_gym.core.types.StepInfo` or an extension of it.
+StepInfoT = TypeVar("StepInfoT", bound=StepInfo, default=StepInfo)
 
 
 @dataclass(frozen=True)
@@ -110,8 +115,13 @@ class EnvReply:
     rewrite: list[dict[str, Any]] | None = None
 
 
-class AgentEnv(gym.Env[Observation, np.ndarray], Generic[TaskT]):
+class AgentEnv(gym.Env[Observation, np.ndarray], Generic[TaskT, ResetInfoT, StepInfoT]):
     """A chat-based agent task.
+
+    Type arguments: the task type, then the ``info`` types of ``reset`` and ``step``
+    (:class:`~agent_gym.core.types.ResetInfo` and :class:`~agent_gym.core.types.StepInfo` unless the
+    env extends them with keys of its own: ``AgentEnv[MyTask, ResetInfo, MyStepInfo]``). ``agent-gym
+    check`` refuses an ``info`` key that these types do not declare.
 
     Args:
         tokenizer: a Hugging Face tokenizer, a model path/name, or ``None`` for the embedded default
@@ -272,7 +282,7 @@ class AgentEnv(gym.Env[Observation, np.ndarray], Generic[TaskT]):
     # plain dicts, so the override is sound for every caller that treats them as gymnasium does.
     def reset(  # type: ignore[override]
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[Observation, ResetInfo]:
+    ) -> tuple[Observation, ResetInfoT]:
         """Start an episode.
 
         Args:
@@ -301,9 +311,9 @@ class AgentEnv(gym.Env[Observation, np.ndarray], Generic[TaskT]):
         extra = self.on_reset(self.task)
         self._done = False
         info: ResetInfo = {"task_id": self.task_id_of(self.task), "context_tokens": len(self.context)}
-        return cast(Observation, self.context.observation()), cast(ResetInfo, {**info, **extra})
+        return cast(Observation, self.context.observation()), cast(ResetInfoT, {**info, **extra})
 
-    def step(self, action: Any) -> tuple[Observation, float, bool, bool, StepInfo]:  # type: ignore[override]
+    def step(self, action: Any) -> tuple[Observation, float, bool, bool, StepInfoT]:  # type: ignore[override]
         """Apply the policy's action (generated token ids). Never raises on bad actions: an invalid
         action ends the episode with reward 0 and ``info["invalid_action"]`` saying why.
 
@@ -315,7 +325,7 @@ class AgentEnv(gym.Env[Observation, np.ndarray], Generic[TaskT]):
         reply = self._invalid_reply(problem) if turn is None else self.respond(turn)
         return self._finish_step(turn, reply)
 
-    async def astep(self, action: Any) -> tuple[Observation, float, bool, bool, StepInfo]:
+    async def astep(self, action: Any) -> tuple[Observation, float, bool, bool, StepInfoT]:
         """:meth:`step` for event loops: waiting tools do not block other episodes."""
         turn, problem = self._begin_step(action)
         reply = self._invalid_reply(problem) if turn is None else await self.arespond(turn)
@@ -515,7 +525,7 @@ class AgentEnv(gym.Env[Observation, np.ndarray], Generic[TaskT]):
             info={"invalid_action": problem, "correct": False, "reward_components": {"outcome": 0.0}},
         )
 
-    def _finish_step(self, turn: Turn | None, reply: EnvReply) -> tuple[Observation, float, bool, bool, StepInfo]:
+    def _finish_step(self, turn: Turn | None, reply: EnvReply) -> tuple[Observation, float, bool, bool, StepInfoT]:
         ctx = self.context
         assert ctx is not None
         snapshot = ctx.snapshot()
@@ -533,17 +543,17 @@ class AgentEnv(gym.Env[Observation, np.ndarray], Generic[TaskT]):
                 for source in self.tool_sources:
                     source.end_episode()  # a stateful source (an MCP server) starts fresh next episode
 
-    def _render_failure(self, ctx: ChatContext, exc: Exception) -> tuple[Observation, float, bool, bool, StepInfo]:
+    def _render_failure(self, ctx: ChatContext, exc: Exception) -> tuple[Observation, float, bool, bool, StepInfoT]:
         info: dict[str, Any] = {"task_id": self.task_id_of(self.task), "turn": self._turn, **self._counts}
         info["tool_error_kinds"] = dict(self._error_kinds)
         info.update(new_segment=False, segment=ctx.segment, context_tokens=len(ctx), truncated_reason="render_error")
         info["render_error"] = f"{type(exc).__name__}: {exc}"
         self._done = True
-        return cast(Observation, ctx.observation()), 0.0, False, True, cast(StepInfo, info)
+        return cast(Observation, ctx.observation()), 0.0, False, True, cast(StepInfoT, info)
 
     def _apply_step(
         self, ctx: ChatContext, turn: Turn | None, reply: EnvReply
-    ) -> tuple[Observation, float, bool, bool, StepInfo]:
+    ) -> tuple[Observation, float, bool, bool, StepInfoT]:
         info: dict[str, Any] = {"task_id": self.task_id_of(self.task), "turn": self._turn}
         terminated, truncated = bool(reply.terminated), bool(reply.truncated)
         new_segment = False
@@ -574,7 +584,7 @@ class AgentEnv(gym.Env[Observation, np.ndarray], Generic[TaskT]):
         self._done = terminated or truncated
         if self.render_mode == "human":
             self.render()
-        return cast(Observation, ctx.observation()), float(reply.reward), terminated, truncated, cast(StepInfo, info)
+        return cast(Observation, ctx.observation()), float(reply.reward), terminated, truncated, cast(StepInfoT, info)
 
     def _count_turn(self, turn: Turn) -> None:
         if not self.tools:
@@ -596,3 +606,23 @@ class AgentEnv(gym.Env[Observation, np.ndarray], Generic[TaskT]):
                 for c in turn.parsed.calls
             ]
         return message
+
+
+def info_types(env_class: type) -> tuple[type, type]:
+    """The reset-info and step-info ``TypedDict`` an env class declares: its ``AgentEnv[Task, ResetInfo,
+    StepInfo]`` type arguments, from the class or the nearest base that names them; :class:`ResetInfo`
+    and :class:`StepInfo` where none does."""
+    found: list[type | None] = [None, None]
+    for klass in env_class.__mro__:
+        for base in getattr(klass, "__orig_bases__", ()):
+            origin = get_origin(base)
+            if not (isinstance(origin, type) and issubclass(origin, AgentEnv)):
+                continue
+            args = get_args(base)
+            for i in (0, 1):
+                arg = args[i + 1] if len(args) > i + 1 else None
+                if found[i] is None and isinstance(arg, type) and issubclass(arg, dict):
+                    found[i] = arg
+        if None not in found:
+            break
+    return found[0] or ResetInfo, found[1] or StepInfo

@@ -8,23 +8,29 @@ Every env of the suite returns these shapes, so a trainer written against them w
 
 They are ``TypedDict``s, so at run time they are plain dicts (the gymnasium API is unchanged and they
 pickle, serialise to JSON and cross a wire as they are); a type checker reads the keys and their types.
-An env may add keys of its own to ``info`` (GSM8K's ``answer_check``, a game's ``invalid_moves``): they
-are documented with the env.
+An env adds keys of its own to ``info`` (GSM8K's ``answer_check``, a game's ``invalid_moves``) by
+extending these: ``class GSM8KStepInfo(StepInfo)`` declares them, and the env class names its info
+types as its second and third type arguments, ``class GSM8KEnv(AgentEnv[GSM8KTask, ResetInfo,
+GSM8KStepInfo])``, so that ``reset`` and ``step`` return them (to a type checker) and ``agent-gym check``
+refuses a key that no info type declares. :func:`agent_gym.core.env.info_types` reads them back
+from the class.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal
 
 import numpy as np
 
 if sys.version_info >= (3, 11):
-    from typing import NotRequired
-else:  # Python 3.10: typing_extensions comes with pydantic
-    from typing_extensions import NotRequired
+    from typing import NotRequired, TypedDict
+else:  # Python 3.10: typing_extensions comes with pydantic (and its TypedDict reads NotRequired at run time)
+    from typing_extensions import NotRequired, TypedDict
 
-__all__ = ["Message", "Observation", "ResetInfo", "StepInfo", "StepResult", "ResetResult", "TruncatedReason"]
+__all__ = [
+    "Message", "Observation", "ResetInfo", "StepInfo", "StepResult", "ResetResult", "TruncatedReason",
+]
 
 #: A chat message in the OpenAI format (``role``, ``content``, and ``tool_calls``, ``tool_call_id``,
 #: ``name`` where they apply).
@@ -77,6 +83,9 @@ class StepInfo(TypedDict):
     context_tokens: int
     """Length of the next ``prompt_ids``."""
     # -- on the final step --------------------------------------------------------------------------
+    answer_check: NotRequired[str]
+    """Why the answer is right or wrong (``"correct"``, ``"wrong_answer"``, ``"no_final_answer"``, ...): the
+    reason a right-or-wrong check gives :meth:`agent_gym.core.env.Grade.from_check`; each env documents its own."""
     correct: NotRequired[bool | None]
     """Whether the final answer is right (``None`` for an env that does not say)."""
     reward_components: NotRequired[dict[str, float]]
@@ -101,3 +110,4 @@ class StepInfo(TypedDict):
 ResetResult = tuple[Observation, ResetInfo]
 #: ``step``'s return value: ``(observation, reward, terminated, truncated, info)``.
 StepResult = tuple[Observation, float, bool, bool, StepInfo]
+

@@ -61,7 +61,32 @@ class ProgramError(RuntimeError):
     """The program ended, or stayed silent past its time limit, before its first request: no episode."""
 
 
-class AgentProgramEnv(AgentEnv[dict[str, Any]]):
+class AgentProgramResetInfo(ResetInfo):
+    """The ``info`` of an AgentProgram reset: :class:`~agent_gym.core.types.ResetInfo` and the program's first request."""
+
+    request: dict[str, Any]
+    """The request's sampling parameters (``temperature``, ``max_tokens``, ...)."""
+
+
+class AgentProgramStepInfo(StepInfo, total=False):
+    """The ``info`` of an AgentProgram step: :class:`~agent_gym.core.types.StepInfo`, the program's next request,
+    and on the final step its result and grade."""
+
+    request: dict[str, Any]
+    """The next request's sampling parameters."""
+    rejected_requests: int
+    """Requests answered with an error so far (too long, a template that cannot render them)."""
+    program_result: str
+    """What the program returned (or printed), shortened."""
+    program_error: str
+    """Why the program ended without a result (a crash, an exit status, silence past the time limit)."""
+    predicted: str
+    """The demo grader's number read from the result."""
+    expected: str
+    """The task's answer (the demo grader)."""
+
+
+class AgentProgramEnv(AgentEnv[dict[str, Any], AgentProgramResetInfo, AgentProgramStepInfo]):
     """An agent program as an env (see the module docstring).
 
     Args:
@@ -166,7 +191,7 @@ class AgentProgramEnv(AgentEnv[dict[str, Any]]):
 
     def reset(  # type: ignore[override]
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[Observation, ResetInfo]:
+    ) -> tuple[Observation, AgentProgramResetInfo]:
         """Start the program on a task and wait for its first request (see the module docstring).
 
         Raises:
@@ -179,7 +204,7 @@ class AgentProgramEnv(AgentEnv[dict[str, Any]]):
             if done is not None:
                 return done
 
-    async def areset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Observation, ResetInfo]:
+    async def areset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Observation, AgentProgramResetInfo]:
         """:meth:`reset` for event loops: the wait for the first request does not block other episodes."""
         self._start(seed, options)
         while True:
@@ -188,7 +213,7 @@ class AgentProgramEnv(AgentEnv[dict[str, Any]]):
             if done is not None:
                 return done
 
-    def step(self, action: Any) -> tuple[Observation, float, bool, bool, StepInfo]:  # type: ignore[override]
+    def step(self, action: Any) -> tuple[Observation, float, bool, bool, AgentProgramStepInfo]:  # type: ignore[override]
         """Answer the waiting request with ``action`` and wait for the next request or the program's end."""
         turn, result = self._answer(action)
         while result is None:
@@ -197,7 +222,7 @@ class AgentProgramEnv(AgentEnv[dict[str, Any]]):
             result = self._next(turn, event, grade)
         return result
 
-    async def astep(self, action: Any) -> tuple[Observation, float, bool, bool, StepInfo]:
+    async def astep(self, action: Any) -> tuple[Observation, float, bool, bool, AgentProgramStepInfo]:
         """:meth:`step` for event loops: the waits and the grader do not block other episodes."""
         turn, result = self._answer(action)
         while result is None:
@@ -245,7 +270,7 @@ class AgentProgramEnv(AgentEnv[dict[str, Any]]):
         self._finalizer.detach()
         self._finalizer = weakref.finalize(self, _stop, self.server, session, self._running, "the env was garbage-collected")
 
-    def _first(self, event: Request | ProgramEnd | None) -> tuple[Observation, ResetInfo] | None:
+    def _first(self, event: Request | ProgramEnd | None) -> tuple[Observation, AgentProgramResetInfo] | None:
         """The reset's observation from the first request; ``None``: refused, wait for another."""
         if not isinstance(event, Request):
             why = self._silence() if event is None else (event.error or f"it returned {_short(event.value)!r}")
@@ -262,9 +287,9 @@ class AgentProgramEnv(AgentEnv[dict[str, Any]]):
         self.context = conversation.context
         info = {"task_id": self.task_id_of(self.task), "context_tokens": len(self.context or ()),
                 "request": dict(event.request.params)}
-        return self._observation(), cast(ResetInfo, info)
+        return self._observation(), cast(AgentProgramResetInfo, info)
 
-    def _answer(self, action: Any) -> tuple[Turn | None, tuple[Observation, float, bool, bool, StepInfo] | None]:
+    def _answer(self, action: Any) -> tuple[Turn | None, tuple[Observation, float, bool, bool, AgentProgramStepInfo] | None]:
         """Send the completion ``action`` stands for; an invalid action ends the episode at once."""
         if self.context is None or self._pending is None:
             raise RuntimeError("call reset() before step()")
@@ -301,7 +326,7 @@ class AgentProgramEnv(AgentEnv[dict[str, Any]]):
         return turn, None
 
     def _next(self, turn: Turn | None, event: Request | ProgramEnd | None,
-              grade: Grade | str | None) -> tuple[Observation, float, bool, bool, StepInfo] | None:
+              grade: Grade | str | None) -> tuple[Observation, float, bool, bool, AgentProgramStepInfo] | None:
         """The step's result after ``event``; ``None``: a refused request, wait for the next event."""
         assert turn is not None
         info: dict[str, Any] = {}
@@ -372,19 +397,19 @@ class AgentProgramEnv(AgentEnv[dict[str, Any]]):
         self.context.append_action(turn.ids, self._assistant)
 
     def _finish(self, reward: float, terminated: bool, truncated: bool, info: dict[str, Any],
-                *, reason: str) -> tuple[Observation, float, bool, bool, StepInfo]:
+                *, reason: str) -> tuple[Observation, float, bool, bool, AgentProgramStepInfo]:
         info.setdefault("new_segment", False)
         result = self._observation(), reward, terminated, truncated, self._step_info(info)
         self._end_episode(f"the episode ended ({reason})")
         return result
 
-    def _step_info(self, extra: dict[str, Any]) -> StepInfo:
+    def _step_info(self, extra: dict[str, Any]) -> AgentProgramStepInfo:
         assert self.context is not None
         info: dict[str, Any] = {"task_id": self.task_id_of(self.task), "turn": self._turn, **self._counts,
                                 "tool_error_kinds": {}, "segment": self.context.segment,
                                 "context_tokens": len(self.context), "rejected_requests": self._rejected}
         info.update(extra)
-        return cast(StepInfo, info)
+        return cast(AgentProgramStepInfo, info)
 
     def _observation(self) -> Observation:
         assert self.context is not None

@@ -9,6 +9,7 @@ import numpy as np
 from agent_gym.core.env import AgentEnv, Grade, Turn
 from agent_gym.core.prompts import PromptTemplates
 from agent_gym.core.tasks import GeneratedTaskId
+from agent_gym.core.types import ResetInfo, StepInfo
 from agent_gym.tools import calculator
 from agent_gym.tools.calculator import evaluate_arithmetic, format_number
 
@@ -20,7 +21,16 @@ __all__ = ["ArithmeticEnv", "ArithmeticToolEnv", "TOOL_DEMONSTRATION"]
 _POOL = 100_000
 
 
-class ArithmeticEnv(AgentEnv):
+class ArithmeticStepInfo(StepInfo, total=False):
+    """The ``info`` of an Arithmetic step: :class:`~agent_gym.core.types.StepInfo` and, on the final step, the answer check."""
+
+    expected: str
+    """The exact value of the expression."""
+    format_ok: bool
+    """The number was given after ``####``."""
+
+
+class ArithmeticEnv(AgentEnv[ArithmeticTask, ResetInfo, ArithmeticStepInfo]):
     """``What is 37 + 58?``, generated from a seed at difficulty ``level`` (see :data:`LEVELS`).
 
     Reward: 1.0 when the response's final number (after the last ``####``, else the last number in

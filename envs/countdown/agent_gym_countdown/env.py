@@ -10,6 +10,7 @@ import numpy as np
 from agent_gym.core.env import AgentEnv, Grade, Turn
 from agent_gym.core.prompts import PromptTemplates
 from agent_gym.core.tasks import GeneratedTaskId
+from agent_gym.core.types import ResetInfo, StepInfo
 from agent_gym.tools import calculator
 
 from agent_gym_countdown.check import check_answer
@@ -28,7 +29,27 @@ __all__ = ["DEMONSTRATIONS", "CountdownEnv", "CountdownToolEnv"]
 DEMONSTRATIONS: tuple[tuple[tuple[int, ...], int, str], ...] = (((3, 9), 12, "3 + 9"), ((4, 7, 2), 28, "4 * 7"))
 
 
-class CountdownEnv(AgentEnv):
+class CountdownStepInfo(StepInfo, total=False):
+    """The ``info`` of a Countdown step: :class:`~agent_gym.core.types.StepInfo` and, on the final step, the answer check."""
+
+    answer_detail: str
+    """``answer_check`` in words (which number was not given, the value reached, ...)."""
+    expression: str | None
+    """The expression checked (normalised); ``None``: no answer found."""
+    value: str | None
+    """Its exact value (a fraction as text), when it could be computed."""
+    numbers_used: list[int]
+    """The expression's numbers, in reading order."""
+    numbers: list[int]
+    """The numbers given."""
+    target: int
+    """The number to reach."""
+    difficulty: str
+    reference_solution: str
+    """An expression that reaches the target (the generator's)."""
+
+
+class CountdownEnv(AgentEnv[CountdownTask, ResetInfo, CountdownStepInfo]):
     """Countdown, one step: reach the target with some of the given numbers and ``+ - * /``.
 
     The policy answers with an expression in ``<answer>...</answer>`` (or after ``####``); see

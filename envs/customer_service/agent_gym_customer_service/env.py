@@ -11,6 +11,7 @@ import numpy as np
 from agent_gym.core.env import AgentEnv, EnvReply, Grade, Turn
 from agent_gym.core.prompts import PromptTemplates
 from agent_gym.core.tasks import GeneratedTaskId
+from agent_gym.core.types import ResetInfo, StepInfo
 
 from agent_gym_customer_service.domain import RETURN_WINDOW_DAYS, Store
 from agent_gym_customer_service.generate import (
@@ -28,7 +29,41 @@ from agent_gym_customer_service.user import STOP, ScriptedUser, User, UserBacken
 __all__ = ["CustomerServiceEnv"]
 
 
-class CustomerServiceEnv(AgentEnv):
+class CustomerServiceResetInfo(ResetInfo):
+    """The ``info`` of a CustomerService reset: :class:`~agent_gym.core.types.ResetInfo` and the goal's size."""
+
+    difficulty: str
+    requests: int
+    """How many requests the customer brings."""
+
+
+class CustomerServiceStepInfo(StepInfo, total=False):
+    """The ``info`` of a CustomerService step: :class:`~agent_gym.core.types.StepInfo`, the progress, and on the
+    final step the grade (see :class:`CustomerServiceEnv`)."""
+
+    verified: bool
+    """The agent has verified the customer's identity."""
+    policy_violations: int
+    """Changes the policy forbids that the agent tried so far."""
+    user_turns: int
+    """The customer's messages so far."""
+    user_error: str
+    """What the simulated customer's backend raised (the episode ends)."""
+    user_stopped: bool
+    """The customer ended the conversation (``###STOP###``)."""
+    db_match: bool
+    """The database equals the goal's end state."""
+    db_diff: list[str]
+    """How it differs, in words."""
+    info_given: bool
+    """Every fact the customer asked for was told."""
+    info_missing: list[str]
+    violations: list[str]
+    """The forbidden changes tried, in words."""
+    difficulty: str
+
+
+class CustomerServiceEnv(AgentEnv[CustomerServiceTask, CustomerServiceResetInfo, CustomerServiceStepInfo]):
     """A support agent with eight tools over a per-episode SQLite shop, and a customer with a goal.
 
     Each assistant turn either calls tools (hermes ``<tool_call>`` JSON by default, ``tool_format`` picks

@@ -48,6 +48,7 @@ import numpy as np
 from agent_gym.core.env import AgentEnv, EnvReply, Grade, Turn
 from agent_gym.core.prompts import PromptTemplates
 from agent_gym.core.tasks import GeneratedTaskId
+from agent_gym.core.types import ResetInfo, StepInfo
 
 from agent_gym_games.common import SPLITS
 
@@ -75,7 +76,30 @@ class MoveReport:
     ignored: int = 0
 
 
-class GameEnv(AgentEnv):
+class GameStepInfo(StepInfo, total=False):
+    """The ``info`` of a game step: :class:`~agent_gym.core.types.StepInfo` and the game's counters (every
+    valid action; see the module docstring)."""
+
+    action_error: str | None
+    """Why the action could not be played (``None``: it could)."""
+    moves: int
+    """Moves played so far."""
+    blocked_moves: int
+    """Moves into a wall (or off the board) so far: no effect."""
+    ignored_moves: int
+    """Moves past ``max_moves_per_turn`` so far: dropped."""
+    invalid_actions: int
+    """Actions that could not be played so far."""
+    success: bool
+    """The game is won."""
+    board: str
+    """The board (or the guesses) as the policy sees it."""
+    difficulty: str
+    context_mode: str
+    """``full``, ``last_k`` or ``board``."""
+
+
+class GameEnv(AgentEnv[Any, ResetInfo, GameStepInfo]):
     """Base class of the game envs (see the module docstring for context modes and rewards).
 
     Subclasses set :attr:`game`, :attr:`levels` and implement :meth:`generate`, :meth:`make_task`,

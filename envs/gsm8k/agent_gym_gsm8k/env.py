@@ -10,6 +10,7 @@ import numpy as np
 from agent_gym.core.env import AgentEnv, Grade, Turn
 from agent_gym.core.prompts import PromptTemplates
 from agent_gym.core.tasks import TaskList
+from agent_gym.core.types import ResetInfo, StepInfo
 from agent_gym.tools import calculator
 
 from agent_gym_gsm8k.data import GSM8KTask, load_gsm8k
@@ -71,7 +72,18 @@ class GSM8KTaskSource:
         )
 
 
-class GSM8KEnv(GSM8KTaskSource, AgentEnv):
+class GSM8KStepInfo(StepInfo, total=False):
+    """The ``info`` of a GSM8K step: :class:`~agent_gym.core.types.StepInfo` and, on the final step, the answer check."""
+
+    predicted: str | None
+    """The number read from the response (after ``####``), normalised; ``None``: none found."""
+    expected: str
+    """The reference answer, normalised."""
+    format_ok: bool
+    """The response ends with a ``#### <number>`` line."""
+
+
+class GSM8KEnv(GSM8KTaskSource, AgentEnv[GSM8KTask, ResetInfo, GSM8KStepInfo]):
     """GSM8K, one step: the policy reasons and ends with ``#### <number>``.
 
     Reward: 1.0 when the number after the last ``####`` equals the reference answer after

@@ -22,6 +22,7 @@ from agent_gym.core.env import AgentEnv, Grade, Turn
 from agent_gym.core.prompts import PromptTemplates
 from agent_gym.core.tasks import TaskList, text_of
 from agent_gym.core.grading import after_marker
+from agent_gym.core.types import ResetInfo, StepInfo
 
 __all__ = [
     "DEMO_INSTRUCTIONS",
@@ -140,7 +141,18 @@ def resolve_grader(grader: str | Grader | None) -> Grader:
     return found
 
 
-class MCPTaskEnv(AgentEnv[dict[str, Any]]):
+class MCPTaskStepInfo(StepInfo, total=False):
+    """The ``info`` of an MCPTask step: :class:`~agent_gym.core.types.StepInfo` and, on the final step, what the
+    default grader (:func:`exact_match`) reports. A ``grader=`` of your own that adds keys of its own
+    declares them in an extension of this type, named by a subclass of :class:`MCPTaskEnv`."""
+
+    predicted: str
+    """The text after the last ``####``."""
+    expected: str
+    """The task's answer."""
+
+
+class MCPTaskEnv(AgentEnv[dict[str, Any], ResetInfo, MCPTaskStepInfo]):
     """Tasks from a file, tools from MCP servers, graded by exact match or a function you name.
 
     Each assistant turn either calls tools (results come back as ``tool`` messages; failures count in

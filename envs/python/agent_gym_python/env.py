@@ -10,6 +10,7 @@ from typing import Any, Mapping
 from agent_gym.core.env import AgentEnv
 from agent_gym.core.prompts import PromptTemplates
 from agent_gym.core.tasks import TaskList
+from agent_gym.core.types import ResetInfo, StepInfo
 from agent_gym.sandbox import Sandbox, SandboxConfig
 from agent_gym.sandbox.tool import PythonTool, SandboxToolExecutor
 from agent_gym_gsm8k.data import GSM8KTask, load_gsm8k
@@ -18,7 +19,18 @@ from agent_gym_gsm8k.env import GSM8KTaskSource
 __all__ = ["GSM8KPythonEnv"]
 
 
-class GSM8KPythonEnv(GSM8KTaskSource, AgentEnv):
+class GSM8KPythonStepInfo(StepInfo, total=False):
+    """The ``info`` of a GSM8KPython step: :class:`~agent_gym.core.types.StepInfo` and, on the final step, the answer check."""
+
+    predicted: str | None
+    """The number read from the response (after ``####``), normalised; ``None``: none found."""
+    expected: str
+    """The reference answer, normalised."""
+    format_ok: bool
+    """The response ends with a ``#### <number>`` line."""
+
+
+class GSM8KPythonEnv(GSM8KTaskSource, AgentEnv[GSM8KTask, ResetInfo, GSM8KPythonStepInfo]):
     """GSM8K with a ``python(code)`` tool running in :mod:`agent_gym.sandbox` (tool-integrated reasoning).
 
     Each assistant turn either calls ``python`` (in the ``tool_format``, hermes ``<tool_call>`` JSON by

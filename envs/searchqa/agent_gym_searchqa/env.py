@@ -10,6 +10,7 @@ import numpy as np
 from agent_gym.core.env import AgentEnv, Grade, Turn
 from agent_gym.core.prompts import PromptTemplates
 from agent_gym.core.tasks import TaskList
+from agent_gym.core.types import ResetInfo, StepInfo
 from agent_gym.tools import ToolExecutor
 
 from agent_gym_searchqa.corpus import Passage, load_corpus, load_questions, world_passages
@@ -35,7 +36,27 @@ NUM_TASKS = 1_000_000
 _DEFAULT_DIFFICULTY = "medium"
 
 
-class SearchQAEnv(AgentEnv):
+class SearchQAResetInfo(ResetInfo):
+    """The ``info`` of a SearchQA reset: :class:`~agent_gym.core.types.ResetInfo` and the question's difficulty."""
+
+    difficulty: str | None
+    """``easy``, ``medium``, ``hard``; ``None`` for questions from a file."""
+
+
+class SearchQAStepInfo(StepInfo, total=False):
+    """The ``info`` of a SearchQA step: :class:`~agent_gym.core.types.StepInfo` and, on the final step, the answer check."""
+
+    predicted: str | None
+    """The text in ``<answer>``; ``None``: no answer found."""
+    golden_answers: list[str]
+    f1: float
+    """The best token F1 over the golden answers (reported, not the reward)."""
+    difficulty: str | None
+    hops: int
+    """The documents the question chains through."""
+
+
+class SearchQAEnv(AgentEnv[SearchQATask, SearchQAResetInfo, SearchQAStepInfo]):
     """Multi-hop question answering: the policy searches a local corpus, reads passages, and answers.
 
     Each turn either calls tools (``search(query)``: the ``top_k`` best BM25 passages, each as id,

@@ -18,13 +18,14 @@ import os
 import sys
 import sysconfig
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent_gym.core.env import AgentEnv, EnvReply, Grade, Turn
 from agent_gym.core.prompts import PromptTemplates
 from agent_gym.core.tasks import TaskList
+from agent_gym.core.types import ResetInfo, StepInfo
 from agent_gym.sandbox import Sandbox, SandboxConfig, SandboxResult
 from agent_gym.sandbox.tool import resolve_sandbox
 from agent_gym.tools import Tool, ToolError
@@ -224,7 +225,31 @@ class SubmitTool(_WorkspaceTool):
         return "submitted"  # the env grades a turn that calls submit; this is never reached through it
 
 
-class SWEEnv(AgentEnv[SWETask]):
+class SWETests(TypedDict):
+    """The hidden tests' outcome: ``[passed, listed]`` per kind, and the partial credit."""
+
+    fail_to_pass: list[int]
+    pass_to_pass: list[int]
+    partial_credit: float
+    exit_status: int | None
+    """The test command's exit status (``None``: it timed out)."""
+
+
+class SWEStepInfo(StepInfo, total=False):
+    """The ``info`` of a SWE step: :class:`~agent_gym.core.types.StepInfo` and, on the final step, the grade."""
+
+    submitted: bool
+    """The agent called ``submit`` (else the turn limit ended it)."""
+    tests: SWETests
+    changed_files: list[str]
+    """Source files the agent changed (brought into the graded copy)."""
+    ignored_files: list[str]
+    """Files it changed that grading ignores (tests, conftest.py, configuration)."""
+    grading_error: str
+    """Why the tests could not be run."""
+
+
+class SWEEnv(AgentEnv[SWETask, ResetInfo, SWEStepInfo]):
     """Fix a bug in a repository (see the module docstring).
 
     Args:

@@ -10,6 +10,7 @@ import numpy as np
 
 from agent_gym.core.env import AgentEnv, Grade, Turn
 from agent_gym.core.prompts import PromptTemplates
+from agent_gym.core.types import ResetInfo, StepInfo
 from agent_gym.sandbox import Sandbox, SandboxConfig
 from agent_gym.sandbox.tool import PythonTool, SandboxToolExecutor
 from agent_gym_tableqa.check import check_answer
@@ -30,7 +31,26 @@ products = pd.read_csv("products.csv")
 NUM_TASKS = 1_000_000
 
 
-class TableQAEnv(AgentEnv):
+class TableQAResetInfo(ResetInfo):
+    """The ``info`` of a TableQA reset: :class:`~agent_gym.core.types.ResetInfo` and the question's difficulty."""
+
+    difficulty: str
+
+
+class TableQAStepInfo(StepInfo, total=False):
+    """The ``info`` of a TableQA step: :class:`~agent_gym.core.types.StepInfo` and, on the final step, the answer check."""
+
+    predicted: str | None
+    """The answer read after ``####``, normalised; ``None``: none found."""
+    expected: str
+    answer_type: str
+    """How the answer is compared (``integer``, ``decimal``, ``text``, ...)."""
+    difficulty: str
+    template: str
+    """The question's template (its kind)."""
+
+
+class TableQAEnv(AgentEnv[TableTask, TableQAResetInfo, TableQAStepInfo]):
     """Question answering over two generated tables with a ``python`` tool (pandas) in a sandbox.
 
     Reward: the outcome only: 1.0 when the answer after the last ``####`` matches the reference
