@@ -46,3 +46,46 @@ def test_make_on_split_says_what_is_wrong(tokenizer):
 
 def test_text_of():
     assert (text_of(None), text_of(3), text_of({"b": 1, "a": [2]})) == ("", "3", '{"a": [2], "b": 1}')
+
+
+def test_a_registered_task_source_is_made_by_name():
+    """GSM8KPython plays GSM8K's tasks through the core: agent-r1-gym-gsm8k registers the source "gsm8k"."""
+    import numpy as np
+
+    from agent_gym.core.tasks import TaskSource, make_task_source, task_source_names
+
+    assert "gsm8k" in task_source_names()
+    source = make_task_source("gsm8k", split="test")
+    assert isinstance(source, TaskSource)
+    assert len(source.tasks) == 1319
+    assert source.get_task("test-2").id == "test-2"
+    assert source.sample_task(np.random.default_rng(0)).id == source.sample_task(np.random.default_rng(0)).id
+    assert source.task_from_dict({"question": "1+1?", "answer": "2"}).answer == "2"
+
+
+def test_an_unknown_task_source_names_the_fix():
+    from agent_gym.core.tasks import make_task_source
+
+    with pytest.raises(LookupError, match=r"no task source 'nope' is registered .*'gsm8k'.*pip install agent-r1-gym-nope"):
+        make_task_source("nope", needs="agent-r1-gym-nope")
+
+
+def test_a_task_source_is_not_replaced_silently():
+    from agent_gym.core.tasks import register_task_source
+
+    register_task_source("gsm8k", "agent_gym_gsm8k.env:GSM8KTasks", package="agent-r1-gym-gsm8k")  # the same: a no-op
+    with pytest.raises(ValueError, match="already registered by agent-r1-gym-gsm8k"):
+        register_task_source("gsm8k", "elsewhere:Tasks")
+
+
+def test_gsm8k_python_plays_the_gsm8k_source(tokenizer):
+    env = gym.make("AgentR1/GSM8KPython-v0", tokenizer=tokenizer, split="test")
+    try:
+        gsm8k = gym.make("AgentR1/GSM8K-v0", tokenizer=tokenizer, split="test")
+        for seed in (0, 7):
+            env.reset(seed=seed)
+            gsm8k.reset(seed=seed)
+            assert env.unwrapped.task == gsm8k.unwrapped.task
+        gsm8k.close()
+    finally:
+        env.close()

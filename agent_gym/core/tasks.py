@@ -3,22 +3,38 @@
 Every adapter that turns an env's tasks into a trainer's dataset (verl's parquet export, TRL's dataset)
 reads them with :func:`env_tasks` (which goes through :func:`make_on_split` and :func:`source_tasks`), so
 "the tasks of an env" means the same thing for every trainer; each adapter only formats the rows.
+
+An env that plays the tasks of another env package (GSM8KPython plays GSM8K's) takes them through
+:class:`TaskSource` by name: the providing package registers its source with
+:func:`register_task_source` (an import string, from its ``agent_gym.envs`` registration function) and
+the env calls :func:`make_task_source`, so no env package imports another.
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import json
 from dataclasses import dataclass
-from typing import Any, Callable, Generic, Iterable, Iterator, Mapping, NamedTuple, Sequence, TypeVar
+from typing import (
+    TYPE_CHECKING, Any, Callable, Generic, Iterable, Iterator, Mapping, NamedTuple, Protocol, Sequence, TypeVar,
+    runtime_checkable,
+)
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from agent_gym.core.env import Grade, Turn
 
 __all__ = [
     "EnvTasks",
     "GeneratedTaskId",
     "TaskList",
     "TaskRow",
+    "TaskSource",
+    "make_task_source",
+    "register_task_source",
+    "task_source_names",
     "env_takes",
     "env_tasks",
     "make_on_split",
@@ -27,6 +43,70 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+TaskT_co = TypeVar("TaskT_co", covariant=True)
+
+
+@runtime_checkable
+class TaskSource(Protocol[TaskT_co]):
+    """The task and grading hooks of :class:`~agent_gym.core.env.AgentEnv`, as an object another env can
+    delegate to: seeded draws, lookup by id, custom tasks from a dict, the grade of a final turn, and
+    ``tasks`` (the finite list :func:`source_tasks` reads)."""
+
+    @property
+    def tasks(self) -> TaskList[Any]: ...
+
+    def sample_task(self, rng: np.random.Generator) -> TaskT_co: ...
+
+    def get_task(self, task_id: str) -> TaskT_co: ...
+
+    def task_from_dict(self, task: Mapping[str, Any]) -> TaskT_co: ...
+
+    def grade(self, task: Any, turn: Turn) -> Grade: ...
+
+
+#: task source name -> (``"module:factory"``, the distribution that provides it)
+_TASK_SOURCES: dict[str, tuple[str, str | None]] = {}
+
+
+def register_task_source(name: str, entry_point: str, *, package: str | None = None) -> None:
+    """Make ``make_task_source(name, **kwargs)`` call ``entry_point`` (``"module:factory"``, imported only
+    then). An env package calls it from its ``agent_gym.envs`` registration function."""
+    known = _TASK_SOURCES.get(name)
+    if known is not None and known[0] != entry_point:
+        raise ValueError(f"task source {name!r} is already registered by {known[1] or known[0]}; "
+                         f"refusing to replace it with {entry_point}")
+    _TASK_SOURCES[name] = (entry_point, package)
+
+
+def task_source_names() -> list[str]:
+    """The registered task source names."""
+    return sorted(_TASK_SOURCES)
+
+
+def make_task_source(name: str, *, needs: str | None = None, **kwargs: Any) -> TaskSource[Any]:
+    """The task source registered as ``name``, made with ``kwargs``.
+
+    Args:
+        name: a name given to :func:`register_task_source` (``"gsm8k"``).
+        needs: the distribution that provides it, for the error when it is not installed.
+
+    Raises:
+        LookupError: no source of that name is registered; the message names the registered ones and
+            the distribution to install.
+        TypeError: the factory returned something that is not a :class:`TaskSource`.
+    """
+    if name not in _TASK_SOURCES:
+        fix = f"pip install {needs}" if needs else "install the env package that provides it"
+        raise LookupError(f"no task source {name!r} is registered (registered: {task_source_names() or 'none'}); "
+                          f"{fix} (its registration runs on import agent_gym)")
+    entry_point, package = _TASK_SOURCES[name]
+    module, _, attr = entry_point.partition(":")
+    factory = getattr(importlib.import_module(module), attr)
+    source = factory(**kwargs)
+    if not isinstance(source, TaskSource):
+        raise TypeError(f"task source {name!r} ({entry_point}, from {package or 'unknown'}) returned "
+                        f"{type(source).__name__}, which lacks TaskSource's members")
+    return source
 
 
 class TaskList(Generic[T]):

@@ -9,8 +9,12 @@ __all__ = ["register"]
 
 
 def register() -> None:
-    """Register ``AgentR1/GSM8K-v0`` and ``AgentR1/GSM8KTool-v0`` (import strings only: cheap)."""
+    """Register ``AgentR1/GSM8K-v0``, ``AgentR1/GSM8KTool-v0`` and the task source ``"gsm8k"`` (which
+    GSM8KPython plays) (import strings only: cheap)."""
+    from agent_gym.core.tasks import register_task_source
     from agent_gym.registry import register_env
+
+    register_task_source("gsm8k", "agent_gym_gsm8k.env:GSM8KTasks", package="agent-r1-gym-gsm8k")
 
     register_env(
         "GSM8K-v0",

@@ -16,7 +16,7 @@ from agent_gym.tools import calculator
 from agent_gym_gsm8k.data import GSM8KTask, load_gsm8k
 from agent_gym_gsm8k.reward import score_answer
 
-__all__ = ["GSM8KTaskSource", "GSM8KEnv", "GSM8KToolEnv", "TOOL_DEMONSTRATION"]
+__all__ = ["GSM8KTaskSource", "GSM8KTasks", "GSM8KEnv", "GSM8KToolEnv", "TOOL_DEMONSTRATION"]
 
 
 #: The worked example of ``few_shot`` (question, calls per assistant turn, final answer): an original
@@ -70,6 +70,15 @@ class GSM8KTaskSource:
             predicted=check.normalized,
             expected=task.answer,
         )
+
+
+class GSM8KTasks(GSM8KTaskSource):
+    """GSM8K's tasks and grading as an object: the task source ``"gsm8k"`` other env packages make with
+    :func:`agent_gym.core.tasks.make_task_source` (``split``, ``data_dir``: as :class:`GSM8KEnv`'s)."""
+
+    def __init__(self, split: str = "train", data_dir: str | os.PathLike[str] | None = None):
+        self.split = split
+        self.tasks = TaskList(load_gsm8k(split, data_dir), name=f"GSM8K {split} split")
 
 
 class GSM8KStepInfo(StepInfo, total=False):
