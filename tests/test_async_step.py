@@ -167,3 +167,36 @@ def test_areset_of_an_env_without_one_is_its_plain_reset(make):
     env = make()
     obs, info = asyncio.run(areset(env, options={"task_id": "test-0"}))
     assert info["task_id"] == "test-0" and obs["prompt_ids"].size > 0
+
+
+@pytest.mark.parametrize("faked", ["1.5.0", "2.0.0", "0.29.1", "nightly"])
+def test_a_gymnasium_outside_the_tested_range_fails_loudly(monkeypatch, faked):
+    """install() (run on ``import agent_gym``) reads ``gymnasium.__version__``; faked here, the check refuses."""
+    from agent_gym.core import async_step
+
+    monkeypatch.setattr(gym, "__version__", faked)
+    message = (f"agent_gym is tested with gymnasium>=1.0,<1.5 and reads private attributes of its wrappers "
+               f"(agent_gym/core/async_step.py), but gymnasium {faked} is installed: pip install 'gymnasium>=1.0,<1.5'")
+    with pytest.raises(async_step.UnsupportedGymnasium) as raised:
+        async_step.install()
+    assert str(raised.value) == message
+
+
+@pytest.mark.parametrize("faked", ["1.0.0", "1.4.0", "1.4.9rc1"])
+def test_a_gymnasium_in_the_tested_range_passes(monkeypatch, faked):
+    from agent_gym.core import async_step
+
+    monkeypatch.setattr(gym, "__version__", faked)
+    assert async_step.check_version() == faked
+    async_step.install()  # idempotent: astep and areset are already there
+
+
+def test_the_installed_gymnasium_is_in_the_tested_range_and_the_pin_says_the_same():
+    import re
+    from pathlib import Path
+
+    from agent_gym.core import async_step
+
+    assert async_step.check_version() == gym.__version__
+    pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    assert re.findall(r'"gymnasium([^"]*)"', pyproject) == [async_step.TESTED_GYMNASIUM]

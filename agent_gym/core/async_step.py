@@ -24,18 +24,57 @@ layer's ``step`` would do, awaiting the layer below instead of blocking:
 The innermost env is awaited through its own ``astep`` (every ``AgentEnv`` has one) or, for an env
 without one, stepped in a worker thread. ``areset`` (:func:`areset`) does the same for ``reset`` where the
 innermost env has an ``areset`` of its own (an env whose reset waits); other envs reset synchronously.
+
+What it relies on of gymnasium, all checked against :data:`TESTED_GYMNASIUM` by :func:`check_version`
+(which :func:`install`, run on ``import agent_gym``, calls first; outside the range it raises
+:class:`UnsupportedGymnasium` naming the range and the ``pip install`` that gets a tested release):
+
+| private name or patch | why | undone by |
+|---|---|---|
+| ``gymnasium.Wrapper.astep`` / ``.areset`` (added) | ``await env.astep`` through ``gym.make``'s wrappers | ``del gym.Wrapper.astep`` (never replaces one) |
+| ``OrderEnforcing._has_reset`` | the async step's order check; a restored snapshot is under way | nothing to undo (the wrapper's own state) |
+| ``TimeLimit._elapsed_steps``, ``._max_episode_steps`` | the async step's truncation; a snapshot's step count | as above |
+| ``PassiveEnvChecker._previous_data``, ``.checked_step``, ``.checked_reset`` | the checker's first step and reset, async | as above |
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any, Awaitable, Callable
 
 import gymnasium as gym
 from gymnasium.error import ResetNeeded
 from gymnasium.wrappers import common
 
-__all__ = ["areset", "astep", "install", "mark_reset"]
+__all__ = ["TESTED_GYMNASIUM", "UnsupportedGymnasium", "areset", "astep", "check_version", "install", "mark_reset"]
+
+#: The gymnasium releases whose wrappers' private attributes this module reads (the pin in pyproject.toml;
+#: CI runs 1.4.0). Raise the upper bound once the tests pass on the next minor release.
+TESTED_GYMNASIUM = ">=1.0,<1.5"
+_TESTED_RANGE = ((1, 0), (1, 5))  # TESTED_GYMNASIUM as (major, minor): lowest included, highest excluded
+
+
+class UnsupportedGymnasium(RuntimeError):
+    """The installed gymnasium is outside :data:`TESTED_GYMNASIUM`."""
+
+
+def check_version(version: str | None = None) -> str:
+    """Check ``version`` (default: ``gymnasium.__version__``) against :data:`TESTED_GYMNASIUM`; return it.
+
+    Raises:
+        UnsupportedGymnasium: outside the range (or unreadable), naming the range and the fix.
+    """
+    version = gym.__version__ if version is None else version
+    match = re.match(r"(\d+)\.(\d+)", version)
+    lowest, beyond = _TESTED_RANGE
+    if match is None or not lowest <= (int(match[1]), int(match[2])) < beyond:
+        raise UnsupportedGymnasium(
+            f"agent_gym is tested with gymnasium{TESTED_GYMNASIUM} and reads private attributes of its wrappers "
+            f"(agent_gym/core/async_step.py), but gymnasium {version} is installed: "
+            f"pip install 'gymnasium{TESTED_GYMNASIUM}'"
+        )
+    return version
 
 StepResult = tuple[Any, Any, bool, bool, dict[str, Any]]
 ResetResult = tuple[Any, dict[str, Any]]
@@ -196,7 +235,12 @@ async def _wrapper_areset(self: gym.Wrapper, *, seed: int | None = None, options
 
 
 def install() -> None:
-    """Give ``gymnasium.Wrapper`` its ``astep`` and ``areset`` (idempotent; never replaces an existing attribute)."""
+    """Give ``gymnasium.Wrapper`` its ``astep`` and ``areset`` (idempotent; never replaces an existing attribute).
+
+    Raises:
+        UnsupportedGymnasium: the installed gymnasium is outside :data:`TESTED_GYMNASIUM` (:func:`check_version`).
+    """
+    check_version()
     if "astep" not in vars(gym.Wrapper):
         gym.Wrapper.astep = _wrapper_astep  # type: ignore[attr-defined]
     if "areset" not in vars(gym.Wrapper):
