@@ -138,15 +138,18 @@ def _local(value: Any, key: str) -> tuple[Any, Any]:
     """(this rank's tensor, its DTensor placement or None) of one saved state-dict value."""
     import torch
 
+    # Public API only (no torch internals here): torch.distributed.tensor is public since torch 2.5, which
+    # every verl this adapter supports needs anyway; DTensor.to_local() is this rank's shard.
     try:
         from torch.distributed.tensor import DTensor
-    except ImportError:  # older torch
-        from torch.distributed._tensor import DTensor
+    except ImportError as error:
+        raise CheckpointError(f"reading a verl checkpoint needs torch>=2.5 (torch.distributed.tensor), "
+                              f"torch {torch.__version__} is installed: pip install 'torch>=2.5'") from error
     if isinstance(value, DTensor):
         placements = tuple(value.placements)
         if len(placements) != 1:
             raise CheckpointError(f"{key}: a {len(placements)}-D device mesh (tensor parallel?) is not supported")
-        return value._local_tensor, placements[0]
+        return value.to_local(), placements[0]
     if hasattr(value, "local_shards"):  # ShardedTensor
         shards = value.local_shards()
         if len(shards) != 1 or tuple(shards[0].tensor.shape) != tuple(value.size()):
