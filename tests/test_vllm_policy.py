@@ -317,7 +317,7 @@ def test_cli_vllm_backend_errors(tokenizer, capsys):
     )
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vLLM is installed here")
-    with pytest.raises(ImportError, match=r"^VLLMPolicy needs vLLM, which is not installed: pip install vllm \(a CUDA machine\)$"):
+    with pytest.raises(ImportError, match=r"^VLLMPolicy needs vLLM, which is not installed: pip install 'vllm>=0.24,<0.25' \(a CUDA machine\)$"):
         VLLMPolicy("some/folder", tokenizer=tokenizer)
 
 
@@ -469,3 +469,26 @@ def test_rollout_benchmark_reports_each_runs_hand_over_per_request(fake_vllm, to
     assert {name: len(runs) for name, runs in data["runs"].items()} == {"env": 1, "raw": 1, "raw_turns": 1}
     assert all(runs[0]["handover_ms"] > 0 for runs in data["runs"].values())
     assert "hand-over between threads" in text and text.count(" ms per request)") == 2  # raw, raw_turns
+
+
+@pytest.mark.parametrize("faked", ["0.25.0", "0.23.2", "1.0.0", "dev"])
+def test_a_vllm_outside_the_tested_range_fails_loudly(fake_vllm, tokenizer, monkeypatch, faked):
+    """The check reads the installed vLLM's version (its distribution metadata, absent here): faked."""
+    from agent_gym.rollout import vllm as module
+
+    monkeypatch.setattr(module, "installed_vllm_version", lambda: faked)
+    with pytest.raises(module.UnsupportedVLLM) as raised:
+        VLLMPolicy(DEFAULT_MODEL, tokenizer=tokenizer, engine=object())
+    assert str(raised.value) == (
+        f"VLLMPolicy is tested with vllm>=0.24,<0.25 and uses vLLM internals (agent_gym/rollout/vllm.py), "
+        f"but vllm {faked} is installed: pip install 'vllm>=0.24,<0.25'"
+    )
+
+
+@pytest.mark.parametrize("faked", ["0.24.0", "0.24.1rc2"])
+def test_a_vllm_in_the_tested_range_passes(monkeypatch, faked):
+    from agent_gym.rollout import vllm as module
+
+    monkeypatch.setattr(module, "installed_vllm_version", lambda: faked)
+    assert module.check_vllm_version() == faked
+    assert module.check_vllm_version("0.24.3") == "0.24.3"

@@ -14,6 +14,18 @@ token ids: nothing is re-tokenized, so the env's no-drift context is what the mo
 
 ``vllm`` is imported when the policy is built, never by ``import agent_gym.rollout``.
 
+This is the one module that uses vLLM, and it reaches past vLLM's documented API; what it relies on,
+checked against :data:`TESTED_VLLM` when a policy is built (:func:`check_vllm_version`: outside the
+range it raises :class:`UnsupportedVLLM` naming the range and the ``pip install`` that gets one):
+
+| vLLM name | why | tested |
+|---|---|---|
+| ``vllm.v1.engine.async_llm.AsyncLLM.from_engine_args`` (an internal module) | the async engine, one request per episode | 0.24 |
+| ``vllm.usage.usage_lib.UsageContext.LLM_CLASS`` (internal) | ``vllm.LLM``'s offline-batch defaults | 0.24 |
+| ``SamplingParams.__struct_fields__`` (msgspec's) and ``flat_logprobs`` | ask for flat log-prob lists only where vLLM has them | 0.24 |
+| ``FlatLogprobs.start_indices`` / ``end_indices`` / ``token_ids`` / ``logprobs`` | read the sampled ids' log-probs without a dict per token | 0.24 |
+| ``vllm.sampling_params.RequestOutputKind.FINAL_ONLY``, ``vllm.inputs.TokensPrompt`` | one final output per request; ids in, no re-tokenizing | 0.24 |
+
 Example (on a GPU machine)::
 
     policy = VLLMPolicy("/models/SmolLM2-135M-Instruct", temperature=1.0, gpu_memory_utilization=0.5)
@@ -33,9 +45,52 @@ from typing import Any, Coroutine, Mapping, Sequence, TypeVar
 
 from agent_gym.rollout.policy import Generation, check_prompts, resolve_stop_ids
 
-__all__ = ["VLLMPolicy", "completion_to_generation"]
+__all__ = ["TESTED_VLLM", "UnsupportedVLLM", "VLLMPolicy", "check_vllm_version", "completion_to_generation",
+           "installed_vllm_version"]
 
 T = TypeVar("T")
+
+#: The vLLM releases the internals above are tested with (docs/performance.md's runs: 0.24). Raise the
+#: bound once benchmarks/rollout_throughput.py and tests/test_vllm_policy.py pass on the next release.
+TESTED_VLLM = ">=0.24,<0.25"
+_TESTED_RANGE = ((0, 24), (0, 25))  # TESTED_VLLM as (major, minor): lowest included, highest excluded
+
+
+class UnsupportedVLLM(RuntimeError):
+    """The installed vLLM is outside :data:`TESTED_VLLM`."""
+
+
+def installed_vllm_version() -> str | None:
+    """The installed vLLM's version (its distribution metadata); ``None``: no vLLM distribution."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("vllm")
+    except PackageNotFoundError:
+        return None
+
+
+def check_vllm_version(version: str | None = None) -> str | None:
+    """Check ``version`` (default: :func:`installed_vllm_version`) against :data:`TESTED_VLLM`; return it.
+
+    ``None`` (no vLLM distribution: an engine passed in, a stand-in module) is not checked.
+
+    Raises:
+        UnsupportedVLLM: outside the range (or unreadable), naming the range and the fix.
+    """
+    import re
+
+    version = installed_vllm_version() if version is None else version
+    if version is None:
+        return None
+    match = re.match(r"(\d+)\.(\d+)", version)
+    lowest, beyond = _TESTED_RANGE
+    if match is None or not lowest <= (int(match[1]), int(match[2])) < beyond:
+        raise UnsupportedVLLM(
+            f"VLLMPolicy is tested with vllm{TESTED_VLLM} and uses vLLM internals (agent_gym/rollout/vllm.py), "
+            f"but vllm {version} is installed: pip install 'vllm{TESTED_VLLM}'"
+        )
+    return version
 
 
 def completion_to_generation(completion: Any, *, with_logprobs: bool) -> Generation:
@@ -128,7 +183,8 @@ class VLLMPolicy:
         if not 0 < top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {top_p}")
         if engine is None and importlib.util.find_spec("vllm") is None:
-            raise ImportError("VLLMPolicy needs vLLM, which is not installed: pip install vllm (a CUDA machine)")
+            raise ImportError(f"VLLMPolicy needs vLLM, which is not installed: pip install 'vllm{TESTED_VLLM}' (a CUDA machine)")
+        check_vllm_version()
         if tokenizer is None:
             from agent_gym.models import load_tokenizer
 
