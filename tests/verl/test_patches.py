@@ -172,3 +172,20 @@ def test_the_fence_catches_the_patch_it_is_for(tmp_path, monkeypatch):
     monkeypatch.setattr(agent_gym_verl, "__file__", str(fake / "__init__.py"))
     with pytest.raises(AssertionError, match=r"hook\.py:2"):
         test_no_other_module_of_the_adapter_writes_to_verl()
+
+
+@pytest.mark.parametrize("faked", ["0.8.0", "0.10.0", "0.6.1", "1.0.0", "dev"])
+def test_a_verl_outside_the_tested_series_fails_loudly(faked):
+    """compat checks the installed verl's version before it imports verl; the check itself, on faked versions."""
+    with pytest.raises(compat.UnsupportedVerl) as raised:
+        compat.check_verl_version(faked)
+    assert str(raised.value) == (
+        "agent_gym_verl is tested with verl 0.7.0 and 0.9.1 and patches verl's internals (agent_gym_verl/compat.py, "
+        f"patches.py), but verl {faked} is installed: pip install 'agent-r1-gym-verl[verl09]' (or [verl07])"
+    )
+
+
+def test_the_tested_series_pass_and_the_installed_one_is_among_them():
+    assert compat.check_verl_version("0.7.0") == (0, 7)
+    assert compat.check_verl_version("0.9.1.dev0") == (0, 9)
+    assert compat.VERL_SERIES == compat.check_verl_version(compat.VERL_VERSION)

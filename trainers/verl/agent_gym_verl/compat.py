@@ -35,6 +35,45 @@ import warnings
 from importlib.metadata import version as _dist_version
 from typing import Any
 
+# -- the tested verl releases ------------------------------------------------------------------------
+# Checked before this module imports verl: outside them the differences above (and patches.py's
+# targets) are unknown, so the adapter refuses to run rather than fail somewhere inside a training step.
+
+#: The verl releases this module and :mod:`agent_gym_verl.patches` are tested with (the extras
+#: ``verl07`` and ``verl09`` of trainers/verl/pyproject.toml).
+TESTED_VERL = ("0.7.0", "0.9.1")
+#: The series they stand for, as ``(major, minor)``.
+TESTED_SERIES = ((0, 7), (0, 9))
+
+
+class UnsupportedVerl(RuntimeError):
+    """The installed verl is not one of :data:`TESTED_VERL`'s series."""
+
+
+def check_verl_version(version: str) -> tuple[int, int]:
+    """``(major, minor)`` of ``version`` when it is of a tested series.
+
+    Raises:
+        UnsupportedVerl: any other version (or an unreadable one), naming the tested releases and the fix.
+    """
+    parts = version.split(".")
+    try:
+        series = (int(parts[0]), int("".join(c for c in parts[1] if c.isdigit()) or "x"))
+    except (IndexError, ValueError):
+        series = (-1, -1)
+    if series not in TESTED_SERIES:
+        raise UnsupportedVerl(
+            f"agent_gym_verl is tested with verl {' and '.join(TESTED_VERL)} and patches verl's internals "
+            f"(agent_gym_verl/compat.py, patches.py), but verl {version} is installed: "
+            "pip install 'agent-r1-gym-verl[verl09]' (or [verl07])"
+        )
+    return series
+
+
+VERL_VERSION: str = _dist_version("verl")
+#: ``(major, minor)`` of the installed verl, e.g. ``(0, 7)`` or ``(0, 9)``.
+VERL_SERIES: tuple[int, int] = check_verl_version(VERL_VERSION)
+
 # -- verl beside trl 1.x -----------------------------------------------------------------------------
 # verl's ``apply_monkey_patch`` imports trl's ``AutoModelForCausalLMWithValueHead`` whenever ``trl`` is
 # importable; trl 1.x has no such class. ``agent_gym_verl.patches`` (rows 2-3) puts this narrower check
@@ -92,21 +131,8 @@ __all__ = [
     "trl_has_value_head_model",
 ]
 
-VERL_VERSION: str = _dist_version("verl")
-_parts = VERL_VERSION.split(".")
-#: ``(major, minor)`` of the installed verl, e.g. ``(0, 7)`` or ``(0, 9)``.
-VERL_SERIES: tuple[int, int] = (int(_parts[0]), int("".join(c for c in _parts[1] if c.isdigit()) or 0))
-#: True for the 0.7/0.8 layout (``AsyncLLMServerManager``, ``main_ppo.TaskRunner``).
+#: True for the 0.7 layout (``AsyncLLMServerManager``, ``main_ppo.TaskRunner``).
 LEGACY_LAYOUT: bool = VERL_SERIES < (0, 9)
-
-if VERL_SERIES < (0, 7) or VERL_SERIES >= (0, 10):
-    import warnings
-
-    warnings.warn(
-        f"agent_gym_verl is tested with verl 0.7.0 and 0.9.1; verl {VERL_VERSION} is installed",
-        RuntimeWarning,
-        stacklevel=2,
-    )
 
 
 def token_output(output: Any) -> tuple[list[int], list[float] | None]:
