@@ -512,7 +512,6 @@ def test_concat_mode_plays_the_catalogue_envs_token_for_token(model_dir, verl_to
     assert len(row["response"]) > sum(len(a) for a in played)  # the env's replies are in the row, masked
     assert out.non_tensor_batch["tool_calls"][0] == 1.0
     # answer_f1: SearchQA's graded token F1; the 0/1 correctness where an env grades none
-    print("DBG", env.unwrapped.task, verl_tokenizer.decode(context[-60:]))
     expected_f1 = 2 / 3 if env_id == "AgentR1/SearchQA-v0" else out.non_tensor_batch["acc"][0]
     assert out.non_tensor_batch["answer_f1"][0] == pytest.approx(expected_f1)
     if env_id == "AgentR1/MCPTask-v0":
