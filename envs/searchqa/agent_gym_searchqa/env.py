@@ -23,6 +23,7 @@ from agent_gym_searchqa.questions import (
     parse_task_id,
     task_from_mapping,
 )
+from agent_gym_searchqa.remote import RetrieverClient, shared_client
 from agent_gym_searchqa.reward import check_answer
 from agent_gym_searchqa.tools import CorpusTools
 from agent_gym_searchqa.world import WORLD_SEED, World, generate_world
@@ -88,9 +89,21 @@ class SearchQAEnv(AgentEnv[SearchQATask, SearchQAResetInfo, SearchQAStepInfo]):
         max_result_chars: the cap of any one tool message (default 1500).
         cache_index: keep the BM25 index in the disk cache (default ``True``; :mod:`agent_gym_searchqa.index`).
         prompt_dir: a folder of jinja2 templates overriding the packaged ones (same file names).
+        retriever: the URL of a server speaking Search-R1's ``/retrieve`` protocol (``agent-gym
+            serve-retriever``, Search-R1's ``retrieval_server.py``, ...) to search instead of an in-process
+            index; the server holds the corpus, so ``corpus=`` is left out. The searches of all episodes of a
+            process that step concurrently share requests (:mod:`agent_gym_searchqa.remote`); ``open`` shows
+            passages this episode's searches returned; a failed search is a tool error (kinds
+            ``retriever_timeout``, ``retriever_unreachable``, ``retriever_http_error``, ``retriever_bad_response``).
+        retriever_timeout_s: seconds one request to the server may take (default 10).
+        retriever_window_s: how long a search waits for others to share its request (default 0.005).
+        retriever_max_batch: the most queries of one request (default 64).
         **kwargs: passed to :class:`agent_gym.AgentEnv` (``max_turns`` default 8,
             ``max_context_tokens`` default 8192, ``tool_format``, ...).
     """
+
+    #: With a retriever, the passages the episode's searches returned are episode state (``open`` reads them).
+    episode_state = ("retrieved",)
 
     def __init__(
         self,
@@ -107,20 +120,35 @@ class SearchQAEnv(AgentEnv[SearchQATask, SearchQAResetInfo, SearchQAStepInfo]):
         max_result_chars: int = 1500,
         cache_index: bool = True,
         prompt_dir: str | os.PathLike[str] | None = None,
+        retriever: str | None = None,
+        retriever_timeout_s: float = 10.0,
+        retriever_window_s: float = 0.005,
+        retriever_max_batch: int = 64,
         **kwargs: Any,
     ):
         if "tools" in kwargs:
             raise TypeError("SearchQAEnv offers exactly its search and open tools; do not pass tools=")
         self.split, self.difficulty = _check_source(split, difficulty, corpus, questions)
+        if retriever is not None and corpus is not None:
+            raise ValueError("retriever= and corpus= do not go together: the server holds the corpus (leave corpus= out)")
         self.world: World | None = None if corpus is not None else generate_world(int(world_seed))
-        passages = load_corpus(corpus) if corpus is not None else world_passages(self.world)  # type: ignore[arg-type]
         self.tasks: TaskList[SearchQATask] | None = None
         if questions is not None:
             self.tasks = TaskList(load_questions(questions, split), name=f"questions file {os.fspath(questions)}")
-        self.index: SearchIndex = load_or_build(passages, cache=cache_index)
+        #: The in-process index (``None`` with ``retriever=``).
+        self.index: SearchIndex | None = None
+        #: The retrieval server's client (``None`` without ``retriever=``), shared by the envs of this process.
+        self.retriever: RetrieverClient | None = None
+        if retriever is not None:
+            self.retriever = shared_client(str(retriever), timeout_s=float(retriever_timeout_s),
+                                           window_s=float(retriever_window_s), max_batch=int(retriever_max_batch))
+        else:
+            passages = load_corpus(corpus) if corpus is not None else world_passages(self.world)  # type: ignore[arg-type]
+            self.index = load_or_build(passages, cache=cache_index)
         self.prompts = PromptTemplates("agent_gym_searchqa", prompt_dir)
         self.corpus_tools = CorpusTools(
-            self.index, self.prompts, top_k=top_k, snippet_chars=snippet_chars, max_passage_chars=max_passage_chars
+            self.index, self.prompts, top_k=top_k, snippet_chars=snippet_chars, max_passage_chars=max_passage_chars,
+            remote=self.retriever,
         )
         kwargs.setdefault("max_turns", 8)
         kwargs.setdefault("max_context_tokens", 8192)
@@ -131,8 +159,19 @@ class SearchQAEnv(AgentEnv[SearchQATask, SearchQAResetInfo, SearchQAStepInfo]):
 
     @property
     def passages(self) -> list[Passage]:
-        """The corpus, in file (or id) order."""
+        """The corpus, in file (or id) order (with ``retriever=``: the server's, not listed here)."""
+        if self.index is None:
+            raise AttributeError("with retriever= the corpus is the server's: this env holds no passages")
         return self.index.passages
+
+    @property
+    def retrieved(self) -> dict[str, Passage]:
+        """The passages this episode's searches returned from the retriever, by id (empty without one)."""
+        return self.corpus_tools.retrieved
+
+    @retrieved.setter
+    def retrieved(self, value: dict[str, Passage]) -> None:
+        self.corpus_tools.retrieved = dict(value)
 
     # -- the task source -------------------------------------------------------------------------------
 
@@ -177,6 +216,7 @@ class SearchQAEnv(AgentEnv[SearchQATask, SearchQAResetInfo, SearchQAStepInfo]):
         )
 
     def on_reset(self, task: SearchQATask) -> dict[str, Any]:
+        self.corpus_tools.retrieved = {}
         return {"difficulty": task.difficulty}
 
 

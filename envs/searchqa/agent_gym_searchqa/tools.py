@@ -8,16 +8,25 @@ policy as tool turns (env tokens, masked in training). Results are rendered by t
 
 Bad input is a tool error the policy reads and the env counts, never an exception out of ``step``:
 an empty query (kind ``empty_query``) or an id the corpus does not hold (kind ``unknown_doc_id``).
+
+With a retrieval server (``remote``, :mod:`agent_gym_searchqa.remote`) ``search`` asks the server (an async
+tool: the searches of episodes in flight share requests) and its failures are tool errors too (kinds
+``retriever_*``); Search-R1's protocol has no look-up by id, so ``open`` shows the passages that this
+episode's searches returned (the server sends them whole; :attr:`CorpusTools.retrieved`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent_gym.core.prompts import PromptTemplates
 from agent_gym.tools import Tool, ToolError, tool
 
+from agent_gym_searchqa.corpus import Passage
 from agent_gym_searchqa.index import SearchIndex
+
+if TYPE_CHECKING:
+    from agent_gym_searchqa.remote import RemoteHit, RetrieverClient
 
 __all__ = ["CorpusTools", "SearchInputError"]
 
@@ -39,18 +48,29 @@ def _cut(text: str, limit: int) -> str:
     return (head[:space] if space > limit // 2 else head).rstrip() + "..."
 
 
+_SEARCH_DOC = """Search the encyclopedia. Returns the best-matching passages: their ids, titles and beginnings.
+
+        Args:
+            query: A few words to look for, such as a name or a title.
+        """
+
+
 class CorpusTools:
-    """``search(query)`` and ``open(doc_id)`` over ``index``.
+    """``search(query)`` and ``open(doc_id)`` over ``index``, or over a retrieval server (``remote``).
 
     Args:
-        index: the passages and their BM25 index.
+        index: the passages and their BM25 index (``None`` with ``remote``).
         prompts: the env's templates (the result formats).
         top_k: passages per search.
         snippet_chars: characters of each passage's text a search shows.
         max_passage_chars: characters of a passage ``open`` shows.
+        remote: the client of a ``/retrieve`` server to search instead of ``index``.
     """
 
-    def __init__(self, index: SearchIndex, prompts: PromptTemplates, *, top_k: int, snippet_chars: int, max_passage_chars: int):
+    def __init__(self, index: SearchIndex | None, prompts: PromptTemplates, *, top_k: int, snippet_chars: int,
+                 max_passage_chars: int, remote: RetrieverClient | None = None):
+        if (index is None) == (remote is None):
+            raise ValueError("CorpusTools searches either a local index or a retrieval server: pass exactly one")
         for name, value in (("top_k", top_k), ("snippet_chars", snippet_chars), ("max_passage_chars", max_passage_chars)):
             if int(value) < 1:
                 raise ValueError(f"{name} must be >= 1, got {value}")
@@ -59,10 +79,24 @@ class CorpusTools:
         self.top_k = int(top_k)
         self.snippet_chars = int(snippet_chars)
         self.max_passage_chars = int(max_passage_chars)
+        self.remote = remote
+        #: With ``remote``: the passages this episode's searches returned, by id (what ``open`` can show);
+        #: the env empties it at every reset and keeps it in its snapshots.
+        self.retrieved: dict[str, Passage] = {}
 
     def tools(self) -> list[Tool]:
         """The two tools, bound to this corpus."""
-        return [tool(self.search, name="search"), tool(self.open_passage, name="open")]
+        if self.remote is None:
+            return [tool(self.search, name="search"), tool(self.open_passage, name="open")]
+        # The client's own timeout answers first (a retriever_timeout); the executor's is the backstop.
+        backstop = 2 * self.remote.timeout_s + self.remote.window_s + 5.0
+        return [tool(self.asearch, name="search", timeout_s=backstop), tool(self.open_passage, name="open")]
+
+    def _passage(self, doc_id: str) -> Passage | None:
+        if self.remote is not None:
+            return self.retrieved.get(doc_id)
+        assert self.index is not None
+        return self.index.by_id.get(doc_id)
 
     def problem(self, name: str, arguments: dict[str, Any]) -> SearchInputError | None:
         """The input error of a call with validated ``arguments`` (``None``: it can run)."""
@@ -72,7 +106,13 @@ class CorpusTools:
             )
         if name == "open":
             doc_id = str(arguments.get("doc_id", "")).strip()
-            if doc_id not in self.index.by_id:
+            if self._passage(doc_id) is None and self.remote is not None:
+                return SearchInputError(
+                    "unknown_doc_id",
+                    f"no passage with the id {doc_id!r} was found by a search of this question: "
+                    "open an id exactly as a search result shows it (after 'id:'), after that search",
+                )
+            if self._passage(doc_id) is None:
                 return SearchInputError(
                     "unknown_doc_id",
                     f"no passage has the id {doc_id!r}: use an id exactly as a search result shows it (after 'id:')",
@@ -80,18 +120,33 @@ class CorpusTools:
         return None
 
     def search(self, query: str) -> str:
-        """Search the encyclopedia. Returns the best-matching passages: their ids, titles and beginnings.
-
-        Args:
-            query: A few words to look for, such as a name or a title.
-        """
         error = self.problem("search", {"query": query})
         if error is not None:
             raise error
-        hits = self.index.search(query, self.top_k)
+        if self.remote is not None:
+            return self._render_remote(query, self.remote.search(query.strip(), self.top_k))
+        assert self.index is not None
+        return self._render(query, [h.passage for h in self.index.search(query, self.top_k)])
+
+    async def asearch(self, query: str) -> str:
+        error = self.problem("search", {"query": query})
+        if error is not None:
+            raise error
+        if self.remote is None:
+            return self.search(query)
+        return self._render_remote(query, await self.remote.asearch(query.strip(), self.top_k))
+
+    search.__doc__ = asearch.__doc__ = _SEARCH_DOC  # one schema description, whichever is the tool
+
+    def _render_remote(self, query: str, hits: list[RemoteHit]) -> str:
+        passages = [Passage(h.id, h.title, h.text) for h in hits[: self.top_k]]  # a server may send more than asked
+        self.retrieved.update((p.id, p) for p in passages)
+        return self._render(query, passages)
+
+    def _render(self, query: str, passages: list[Passage]) -> str:
         results = [
-            {"rank": rank, "id": h.passage.id, "title": h.passage.title, "snippet": _cut(h.passage.text, self.snippet_chars)}
-            for rank, h in enumerate(hits, 1)
+            {"rank": rank, "id": p.id, "title": p.title, "snippet": _cut(p.text, self.snippet_chars)}
+            for rank, p in enumerate(passages, 1)
         ]
         return self.prompts.render("searchqa_results.j2", query=query.strip(), results=results)
 
@@ -104,7 +159,8 @@ class CorpusTools:
         error = self.problem("open", {"doc_id": doc_id})
         if error is not None:
             raise error
-        passage = self.index.by_id[doc_id.strip()]
+        passage = self._passage(doc_id.strip())
+        assert passage is not None  # problem() refused an unknown id
         return self.prompts.render(
             "searchqa_passage.j2", id=passage.id, title=passage.title, text=_cut(passage.text, self.max_passage_chars)
         )
