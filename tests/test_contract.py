@@ -33,7 +33,7 @@ def test_every_registered_env_passes(env_id, tokenizer):
     for name in ("make", "spaces", "hooks", "reset", "step", "determinism", "no_drift", "invalid_action", "gymnasium"):
         if name == "hooks" and gym.spec(env_id).entry_point.endswith(":AgentProgramEnv"):
             # the one env whose context an outside program decides: it says so (own_episode_loop)
-            assert report[name].status == "skip" and "runs its own reset, step and astep" in report[name].detail
+            assert report[name].status == "skip" and "reset is AgentEnv's; it runs its own step and astep" in report[name].detail
             continue
         assert report[name].status == "pass", report[name]
     snapshot = report["snapshot"]
@@ -242,3 +242,50 @@ def test_cli_check_help(capsys):
         cli_main.main(["check", "--help"])
     out = capsys.readouterr().out
     assert "agent-gym check AgentR1/GSM8KTool-v0" in out and "no_drift" in out and "--env-kwarg" in out
+
+
+def test_no_registered_env_class_overrides_reset_or_step():
+    """reset and areset are AgentEnv's for every env; step and astep too, except for an env that says why
+    (own_episode_loop). Read from the classes (imported, not made)."""
+    from agent_gym.core.contract import hook_overrides
+    from agent_gym.core.make import env_class
+
+    found = {}
+    for env_id in REGISTERED:
+        cls = env_class(env_id)
+        assert isinstance(cls, type) and issubclass(cls, AgentEnv), env_id
+        overrides = hook_overrides(cls, own_step=bool(cls.own_episode_loop))
+        if overrides:
+            found[env_id] = overrides
+    assert found == {}
+    own = sorted(e for e in REGISTERED if env_class(e).own_episode_loop)
+    assert own == ["AgentR1/AgentProgram-v0"]
+
+
+def test_the_override_finder_catches_planted_overrides():
+    from agent_gym.core.contract import hook_overrides
+
+    class Base(AgentEnv):
+        def sample_task(self, rng): return {}
+        def get_task(self, task_id): return {}
+        def initial_messages(self, task): return []
+        def grade(self, task, turn): return Grade(0.0)
+
+    class Resets(Base):
+        def reset(self, *, seed=None, options=None): return super().reset(seed=seed, options=options)
+
+    class Steps(Base):
+        def step(self, action): return super().step(action)
+        async def astep(self, action): return await super().astep(action)
+
+    class Waits(Base):  # an async start through the hook: AgentEnv gives it areset
+        async def aon_reset(self, task): return {}
+
+    class OwnAreset(Base):
+        async def areset(self, *, seed=None, options=None): ...
+
+    assert hook_overrides(Base) == [] and hook_overrides(Waits) == []
+    assert Waits.areset is AgentEnv._areset and not hasattr(Base, "areset")
+    assert hook_overrides(Resets) == ["reset"]
+    assert hook_overrides(Steps) == ["step", "astep"] and hook_overrides(Steps, own_step=True) == []
+    assert hook_overrides(OwnAreset) == ["areset"]

@@ -49,7 +49,7 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["CheckResult", "ContractError", "ContractReport", "check_contract", "type_problems", "CHECKS"]
+__all__ = ["CheckResult", "ContractError", "ContractReport", "check_contract", "type_problems", "CHECKS", "HOOKS", "hook_overrides"]
 
 #: The checks, in the order they run.
 CHECKS = ("make", "spaces", "hooks", "reset", "step", "determinism", "no_drift", "snapshot", "invalid_action", "gymnasium")
@@ -254,19 +254,15 @@ class _Checker:
         return f"vocab {vocab}, actions up to {base.action_space.max_length} ids"
 
     def _check_hooks(self) -> str:
-        from agent_gym.core.env import AgentEnv
-
         cls = type(self.env.unwrapped)
         reason = getattr(cls, "own_episode_loop", None)
+        for name in hook_overrides(cls, own_step=bool(reason)):
+            hook = HOOKS[name]
+            raise _Failed(f"{next(k for k in cls.__mro__ if name in vars(k)).__qualname__} overrides {name}",
+                          f"customise {name} through {hook} and leave {name} to AgentEnv, which keeps seeding, "
+                          "the no-drift context, all-or-nothing steps and the info bookkeeping in one place")
         if reason:
-            raise _Skipped(f"{cls.__name__} runs its own reset, step and astep: {reason}")
-        hooks = {"reset": "on_reset(task)", "step": "respond(turn)", "astep": "arespond(turn)"}
-        for name, hook in hooks.items():
-            owner = next(k for k in cls.__mro__ if name in vars(k))
-            if owner is not AgentEnv:
-                raise _Failed(f"{owner.__qualname__} overrides {name}",
-                              f"customise {name} through {hook} and leave {name} to AgentEnv, which keeps seeding, "
-                              "the no-drift context, all-or-nothing steps and the info bookkeeping in one place")
+            raise _Skipped(f"{cls.__name__}'s reset is AgentEnv's; it runs its own step and astep: {reason}")
         return "reset, step and astep are AgentEnv's"
 
     # -- reset, step -------------------------------------------------------------------------------------
@@ -599,3 +595,25 @@ def _difference(a: Any, b: Any, path: str = "") -> str | None:
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+#: AgentEnv's methods an env customises through hooks instead, and the hook for each.
+HOOKS = {"reset": "on_reset(task) / aon_reset(task) / open_context(task)", "areset": "aon_reset(task)",
+         "step": "respond(turn)", "astep": "arespond(turn)"}
+
+
+def hook_overrides(cls: type, *, own_step: bool = False) -> list[str]:
+    """The names of :data:`HOOKS` that ``cls`` (an ``AgentEnv`` subclass) defines itself rather than
+    inheriting from ``AgentEnv``; ``own_step``: ``step`` and ``astep`` may be its own (``own_episode_loop``).
+    An env that overrides ``aon_reset`` has AgentEnv's ``areset`` (``AgentEnv._areset``), not its own."""
+    from agent_gym.core.env import AgentEnv
+
+    found = []
+    for name in HOOKS:
+        if own_step and name in ("step", "astep"):
+            continue
+        owner = next((k for k in cls.__mro__ if name in vars(k)), None)
+        if owner is None or owner is AgentEnv or owner.__dict__[name] is AgentEnv.__dict__.get(f"_{name}"):
+            continue
+        found.append(name)
+    return found

@@ -10,8 +10,9 @@ tool calling, token limits, drift-free context ids and the ``info`` bookkeeping 
 - :meth:`AgentEnv.grade`: the outcome reward of a final response.
 
 An env with state of its own per episode (a sandbox session, a database, a simulated user) sets it up
-in :meth:`AgentEnv.on_reset`, which may also add entries to ``reset``'s ``info``; ``reset`` itself is
-this class's alone. Multi-turn envs whose reply is not "run the tools" (games, simulators) override
+in :meth:`AgentEnv.on_reset` (:meth:`AgentEnv.aon_reset` where the start waits), which may also add
+entries to ``reset``'s ``info``; ``reset`` itself is this class's alone (:meth:`AgentEnv.open_context`
+gives the opening context, default: the rendered :meth:`AgentEnv.initial_messages`). Multi-turn envs whose reply is not "run the tools" (games, simulators) override
 :meth:`AgentEnv.respond` (and :meth:`AgentEnv.arespond` for async work).
 """
 
@@ -157,10 +158,10 @@ class AgentEnv(gym.Env[Observation, np.ndarray], Generic[TaskT, ResetInfoT, Step
     #: The instance attributes that hold an episode beyond the base class's (a game's board, its
     #: counters): :meth:`snapshot` deep-copies them, :meth:`restore` puts them back.
     episode_state: ClassVar[tuple[str, ...]] = ()
-    #: Why this env's ``reset``, ``step`` and ``astep`` are its own rather than this class's (``None``: they
-    #: are this class's, customised through the hooks). Only for an env whose context something outside
-    #: it decides (an agent program's requests, ``AgentR1/AgentProgram-v0``); ``agent-gym check`` skips its
-    #: hooks check with this reason.
+    #: Why this env's ``step`` and ``astep`` are its own rather than this class's (``None``: they are this
+    #: class's, customised through the hooks; ``reset`` is always this class's). Only for an env whose
+    #: context something outside it decides (an agent program's requests, ``AgentR1/AgentProgram-v0``);
+    #: ``agent-gym check`` skips its step hooks with this reason.
     own_episode_loop: ClassVar[str | None] = None
 
     @ends_kwargs_chain
@@ -256,6 +257,26 @@ class AgentEnv(gym.Env[Observation, np.ndarray], Generic[TaskT, ResetInfoT, Step
         """
         return {}
 
+    async def aon_reset(self, task: TaskT) -> Mapping[str, Any]:
+        """:meth:`on_reset` for event loops, for an env whose episode start waits on something outside
+        (an agent program's first request). An env that overrides it gets ``areset`` (which
+        ``agent_gym``'s ``areset`` awaits through gymnasium's wrappers); every other env resets
+        synchronously, as :meth:`reset`. Default: :meth:`on_reset`."""
+        return self.on_reset(task)
+
+    def open_context(self, task: TaskT) -> ChatContext | None:
+        """The context an episode on ``task`` starts from, made before :meth:`on_reset`. Default: the
+        :meth:`initial_messages` rendered with the env's tools. ``None``: :meth:`on_reset` sets
+        ``self.context`` (an env whose context something outside it decides)."""
+        return ChatContext.start(self.template, self.initial_messages(task), [t.schema() for t in self.tools])
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # Only an env whose start waits gets an async reset: for the others a coroutine would only add
+        # a thread hop (the wrappers' first reset) around the same synchronous work.
+        if "aon_reset" in vars(cls) and "areset" not in vars(cls):
+            cls.areset = AgentEnv._areset  # type: ignore[attr-defined]
+
     def respond(self, turn: Turn) -> EnvReply:
         """The env's answer to a turn. Default: run the tools the policy called, or grade a final answer.
 
@@ -289,26 +310,41 @@ class AgentEnv(gym.Env[Observation, np.ndarray], Generic[TaskT, ResetInfoT, Step
             seed: seeds the task choice (same seed, same task, in any process).
             options: ``{"task_id": ...}`` pins a task of the env's source; ``{"task": {...}}`` supplies one.
         """
+        task = self._begin_reset(seed, options)
+        return self._finish_reset(self.on_reset(task))
+
+    async def _areset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Observation, ResetInfoT]:
+        """:meth:`reset`, awaiting :meth:`aon_reset` (the ``areset`` of an env that overrides it)."""
+        task = self._begin_reset(seed, options)
+        return self._finish_reset(await self.aon_reset(task))
+
+    def _begin_reset(self, seed: int | None, options: dict[str, Any] | None) -> TaskT:
         super().reset(seed=seed)
         options = dict(options or {})
         unknown = set(options) - {"task_id", "task"}
         if unknown:
             raise ValueError(f"unknown reset option(s) {sorted(unknown)}; known: task_id, task")
         if "task" in options:
-            self.task = self.task_from_dict(options["task"])
+            task = self.task_from_dict(options["task"])
         elif "task_id" in options:
-            self.task = self.get_task(str(options["task_id"]))
+            task = self.get_task(str(options["task_id"]))
         else:
-            self.task = self.sample_task(self.np_random)
+            task = self.sample_task(self.np_random)
+        self.task = task
         for source in self.tool_sources:  # this episode's sessions (the previous episode's have ended)
             source.start_episode()
-        tools = [t.schema() for t in self.tools]
-        self.context = ChatContext.start(self.template, self.initial_messages(self.task), tools)
+        self.context = self.open_context(task)
         self._turn = 0
         self._counts = {"tool_calls": 0, "tool_errors": 0, "format_errors": 0}
         self._error_kinds: dict[str, int] = {}
         self._done = True  # until on_reset has run: an episode whose start failed takes no step
-        extra = self.on_reset(self.task)
+        return task
+
+    def _finish_reset(self, extra: Mapping[str, Any]) -> tuple[Observation, ResetInfoT]:
+        if self.context is None:
+            raise RuntimeError(f"{type(self).__name__}: open_context returned None and on_reset set no context")
         self._done = False
         info: ResetInfo = {"task_id": self.task_id_of(self.task), "context_tokens": len(self.context)}
         return cast(Observation, self.context.observation()), cast(ResetInfoT, {**info, **extra})

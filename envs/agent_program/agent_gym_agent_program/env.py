@@ -113,8 +113,8 @@ class AgentProgramEnv(AgentEnv[dict[str, Any], AgentProgramResetInfo, AgentProgr
         **kwargs: passed to :class:`agent_gym.AgentEnv` (``tool_format``, ``chat_template``, ``max_action_tokens``).
     """
 
-    own_episode_loop = ("the program's requests decide the context: reset waits for the first, step answers one "
-                        "and waits for the next")
+    own_episode_loop = ("the program's requests decide the context: step answers one and waits for the next "
+                        "(reset is AgentEnv's; on_reset and aon_reset wait for the first)")
 
     def __init__(
         self,
@@ -189,29 +189,32 @@ class AgentProgramEnv(AgentEnv[dict[str, Any], AgentProgramResetInfo, AgentProgr
 
     # -- gymnasium API ---------------------------------------------------------------------------------
 
-    def reset(  # type: ignore[override]
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[Observation, AgentProgramResetInfo]:
-        """Start the program on a task and wait for its first request (see the module docstring).
+    # The episode's start waits for the program's first request: on_reset (reset) and aon_reset (areset,
+    # which AgentEnv gives an env that overrides aon_reset) wait for it; seeding, the reset options and
+    # the task are AgentEnv.reset's. The context is the first request's, so open_context makes none.
+
+    def open_context(self, task: dict[str, Any]) -> None:
+        return None
+
+    def on_reset(self, task: dict[str, Any]) -> dict[str, Any]:
+        """Start the program on ``task`` and wait for its first request (see the module docstring).
 
         Raises:
             ProgramError: the program ended or stayed silent for ``time_limit_s`` before its first request.
         """
-        self._start(seed, options)
+        self._start(task)
         while True:
-            event = self._wait_sync()
-            done = self._first(event)
-            if done is not None:
-                return done
+            info = self._first(self._wait_sync())
+            if info is not None:
+                return info
 
-    async def areset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Observation, AgentProgramResetInfo]:
-        """:meth:`reset` for event loops: the wait for the first request does not block other episodes."""
-        self._start(seed, options)
+    async def aon_reset(self, task: dict[str, Any]) -> dict[str, Any]:
+        """:meth:`on_reset` for event loops: the wait for the first request does not block other episodes."""
+        self._start(task)
         while True:
-            event = await self._wait_async()
-            done = self._first(event)
-            if done is not None:
-                return done
+            info = self._first(await self._wait_async())
+            if info is not None:
+                return info
 
     def step(self, action: Any) -> tuple[Observation, float, bool, bool, AgentProgramStepInfo]:  # type: ignore[override]
         """Answer the waiting request with ``action`` and wait for the next request or the program's end."""
@@ -241,37 +244,20 @@ class AgentProgramEnv(AgentEnv[dict[str, Any], AgentProgramResetInfo, AgentProgr
 
     # -- the episode -----------------------------------------------------------------------------------
 
-    def _start(self, seed: int | None, options: dict[str, Any] | None) -> None:
-        gym_reset = super(AgentEnv, self).reset  # gymnasium.Env.reset: seeds np_random
-        gym_reset(seed=seed)
-        options = dict(options or {})
-        unknown = set(options) - {"task_id", "task"}
-        if unknown:
-            raise ValueError(f"unknown reset option(s) {sorted(unknown)}; known: task_id, task")
-        if "task" in options:
-            task = self.task_from_dict(options["task"])
-        elif "task_id" in options:
-            task = self.get_task(str(options["task_id"]))
-        else:
-            task = self.sample_task(self.np_random)
+    def _start(self, task: dict[str, Any]) -> None:
         self._end_episode("a new episode started")
-        self.task = task
-        self.context = None
         self.conversation = Conversation(self.template, tool_format=self.tool_format, max_context_tokens=self.max_context_tokens)
-        self._turn = 0
-        self._counts = {"tool_calls": 0, "tool_errors": 0, "format_errors": 0}
-        self._error_kinds = {}
         self._rejected = 0
         self._program_s = 0.0
-        self._done = False
         session = self.server.open_session()
         self._session = session
         self._running = self.program.start(session, self.server.base_url, task)
         self._finalizer.detach()
         self._finalizer = weakref.finalize(self, _stop, self.server, session, self._running, "the env was garbage-collected")
 
-    def _first(self, event: Request | ProgramEnd | None) -> tuple[Observation, AgentProgramResetInfo] | None:
-        """The reset's observation from the first request; ``None``: refused, wait for another."""
+    def _first(self, event: Request | ProgramEnd | None) -> dict[str, Any] | None:
+        """The reset's context from the first request, and its entries of ``info``; ``None``: refused, wait
+        for another."""
         if not isinstance(event, Request):
             why = self._silence() if event is None else (event.error or f"it returned {_short(event.value)!r}")
             self._end_episode("the program ended before its first request")
@@ -285,9 +271,7 @@ class AgentProgramEnv(AgentEnv[dict[str, Any], AgentProgramResetInfo, AgentProgr
             return None
         self._pending = event
         self.context = conversation.context
-        info = {"task_id": self.task_id_of(self.task), "context_tokens": len(self.context or ()),
-                "request": dict(event.request.params)}
-        return self._observation(), cast(AgentProgramResetInfo, info)
+        return {"request": dict(event.request.params)}
 
     def _answer(self, action: Any) -> tuple[Turn | None, tuple[Observation, float, bool, bool, AgentProgramStepInfo] | None]:
         """Send the completion ``action`` stands for; an invalid action ends the episode at once."""

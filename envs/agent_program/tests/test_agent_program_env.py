@@ -219,3 +219,23 @@ def test_64_programs_in_flight(tokenizer):
     assert result.stats["max_in_flight"] == 64
     assert [t.reward for t in result.trajectories] == [1.0] * 64
     assert all(len(t.steps) == 2 and len(t.segments()) == 1 for t in result.trajectories)
+
+
+def test_reset_and_areset_are_agent_envs_and_agree(tokenizer):
+    """The episode start waits through the hooks (on_reset, aon_reset); seeding and options are AgentEnv's."""
+    from agent_gym.core.async_step import areset
+    from agent_gym.core.env import AgentEnv
+
+    env = gym.make(ENV_ID, tokenizer=tokenizer, split="test")
+    try:
+        cls = type(env.unwrapped)
+        assert "reset" not in vars(cls) and cls.areset is AgentEnv._areset
+        obs, info = env.reset(options={"task_id": "test-2"})
+        first = (obs["prompt_ids"].tolist(), info)
+        obs, info = asyncio.run(areset(env, options={"task_id": "test-2"}))
+        assert (obs["prompt_ids"].tolist(), info) == first
+        assert set(info) == {"task_id", "context_tokens", "request"} and info["task_id"] == "test-2"
+        with pytest.raises(ValueError, match=r"unknown reset option\(s\) \['nope'\]; known: task_id, task"):
+            env.reset(options={"nope": 1})
+    finally:
+        env.close()
