@@ -440,14 +440,10 @@ class RetrievalIndex:
     def _search_bm25(self, queries: list[str], k: int) -> list[list[tuple[int, float]]]:
         import bm25s
 
+        from agent_gym_searchqa.index import top_rows
+
         tokens = bm25s.tokenize(queries, stopwords=_STOPWORDS, return_ids=False, show_progress=False)
-        found: list[list[tuple[int, float]]] = [[] for _ in queries]
-        known = [i for i, t in enumerate(tokens) if t and self._bm25.get_tokens_ids(t)]
-        if known:
-            rows, scores = self._bm25.retrieve([tokens[i] for i in known], k=k, show_progress=False, n_threads=0)
-            for i, doc_rows, doc_scores in zip(known, rows, scores):
-                found[i] = [(int(r), float(s)) for r, s in zip(doc_rows, doc_scores) if s > 0]
-        return found
+        return [top_rows(self._bm25.get_scores(t), k) if t and self._bm25.get_tokens_ids(t) else [] for t in tokens]
 
     def _search_dense(self, queries: list[str], k: int) -> list[list[tuple[int, float]]]:
         if not queries:

@@ -74,3 +74,15 @@ def test_search_ranks_with_bm25s_and_skips_unrelated_passages(cache):
     assert [h.passage.id for h in index.search("Dadov born", 2)] == ["b", "a"]
     assert index.search("zzzz qqqq", 3) == [] and index.search("the of", 3) == []
     assert len(index.search("Karth", 100)) == 2  # k beyond the corpus: every matching passage
+
+
+def test_top_rows_keeps_the_best_positive_scores_ties_in_row_order():
+    import numpy as np
+
+    from agent_gym_searchqa.index import top_rows
+
+    scores = np.array([0.0, 2.0, 5.0, 2.0, 0.0, 2.0, 1.0], dtype=np.float32)
+    assert top_rows(scores, 2) == [(2, 5.0), (1, 2.0)]
+    assert top_rows(scores, 3) == [(2, 5.0), (1, 2.0), (3, 2.0)]  # three tie at 2.0: the lowest rows first
+    assert top_rows(scores, 10) == [(2, 5.0), (1, 2.0), (3, 2.0), (5, 2.0), (6, 1.0)]  # zeros left out
+    assert top_rows(np.zeros(4, dtype=np.float32), 3) == []
