@@ -1,7 +1,8 @@
 """Rollouts: policies that generate token ids, the episode engine, and drivers that play many episodes.
 
 :func:`play_episode` plays one episode of any env against any async generate function; the batched
-driver :func:`run_episodes`, the async runner and every trainer adapter call it.
+driver :func:`run_episodes`, the async runner, :func:`play_selfplay` (each role of a multi-agent game)
+and every trainer adapter call it.
 
 ``import agent_gym.rollout`` does not import torch: :class:`HFPolicy` (transformers) is resolved
 on first access.
@@ -27,6 +28,7 @@ from agent_gym.rollout.driver import RolloutResult, run_episodes
 from agent_gym.rollout.episode import EndEpisode, play_episode
 from agent_gym.rollout.policy import AsyncPolicy, Generation, Policy, ScriptedPolicy
 from agent_gym.rollout.pool import EnvPool
+from agent_gym.rollout.selfplay import RoleBaseline, play_selfplay
 from agent_gym.rollout.tree import play_tree, tree_advantages
 
 __all__ = [
@@ -37,9 +39,11 @@ __all__ = [
     "Generation",
     "HFPolicy",
     "Policy",
+    "RoleBaseline",
     "RolloutResult",
     "ScriptedPolicy",
     "play_episode",
+    "play_selfplay",
     "play_tree",
     "run_episodes",
     "tree_advantages",
