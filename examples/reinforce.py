@@ -20,7 +20,33 @@ The branches play in envs of one `EnvPool`, made in the first iteration and reus
 
 The CSV's `tokens` column (and the progress bar) counts the action tokens the policy generated in the
 iteration, `tokens_total` those of the run so far: a tree generates a shared prefix once, so tree and
-flat runs are compared at equal `tokens_total`, not at equal iterations.
+flat runs are compared at equal `tokens_total`, not at equal iterations. `samples` counts the rows the
+update trained on, `trained_tokens` their ids (prompt + response, the update's cost), `turns` the mean
+policy steps per episode.
+
+Sample layouts (`--samples`, flat episodes; the two layouts of the verl adapter's concat mode and its
+`agent_gym.samples=step`). Both arms play the same episodes and give every step of an episode the
+episode's GRPO advantage A_e (its return normalised within its task's group); they differ only in the
+rows the update sees and so in how `--loss-agg` weights each policy token:
+
+  concat  one row per episode: its first prompt, then every action and env turn after it, the env's ids
+          masked out; one loss term per episode (N terms, N = the iteration's episodes)
+  step    one row per step (Agent-R1's layout): the step's whole context as prompt, its action as
+          response; one loss term per step (S terms, S = the iteration's steps, all episodes)
+
+loss = -sum over policy tokens of w * log p(token), with for a token of step k of episode e
+(T_e = the episode's policy tokens, t_ek = the step's, M = all policy tokens of the iteration):
+
+  --loss-agg            concat           step
+  seq-mean-token-sum    A_e / N          A_e / S           (the default; the same up to the scale N/S)
+  seq-mean-token-mean   A_e / (N T_e)    A_e / (S t_ek)
+  token-mean            A_e / M          A_e / M           (identical: the layout cannot matter)
+
+So with seq-mean-token-mean an episode's tokens weigh A_e / N in all under concat and A_e K_e / S under
+step (K_e its steps, S / N the mean): step gives an episode of more turns more weight and splits it
+equally between its turns, so a short turn's tokens (a tool call) weigh more than a long turn's. The log-probs are the same in both
+layouts (an append-only env's step context is a prefix of the episode's row); an env that rewrites its
+context gives concat one row per segment, still one loss term per episode.
 """
 
 from __future__ import annotations
@@ -39,6 +65,7 @@ import csv
 import json
 import math
 import time
+from dataclasses import dataclass
 
 import gymnasium as gym
 import torch
@@ -50,9 +77,15 @@ from agent_gym.rollout import Generation, play_episode
 from agent_gym.rollout.async_runner import run_sync
 from agent_gym.rollout.batcher import Batcher
 from agent_gym.rollout.pool import EnvPool, PoolKey
+from agent_gym.rollout.prefix_cache import cache_keyword, cache_layers, make_cache, supports_prefix_cache
 from agent_gym.rollout.tree import TreeStats, play_tree, tree_advantages
 
-COLUMNS = ["iteration", "mean_reward", "accuracy", "loss", "tokens", "tokens_total", "seconds", "greedy_accuracy", "greedy_se"]
+COLUMNS = ["iteration", "mean_reward", "accuracy", "loss", "tokens", "tokens_total", "seconds", "greedy_accuracy", "greedy_se",
+           "samples", "trained_tokens", "turns"]
+#: `--samples`: the update's rows, one per episode or one per step (see the module docstring).
+LAYOUTS = ("concat", "step")
+#: `--loss-agg`: verl's names (actor.loss_agg_mode) for how token log-probs combine into the loss.
+LOSS_AGGS = ("seq-mean-token-sum", "seq-mean-token-mean", "token-mean")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -67,6 +100,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tree", type=int, default=0, metavar="WIDTH",
                    help="tree rollouts: per task one tree branching WIDTH ways at every step, up to --group leaves, "
                         "per-state advantages (0: --group flat episodes per task; default: %(default)s)")
+    p.add_argument("--samples", choices=LAYOUTS, default=None,
+                   help="the update's rows: concat = one per episode (env ids masked, one loss term per episode), "
+                        "step = one per step (its whole context + its action, one loss term per step); same episodes, "
+                        "same advantages (default: concat; --tree trains per step)")
+    p.add_argument("--loss-agg", choices=LOSS_AGGS, default=None,
+                   help="how token log-probs combine: seq-mean-token-sum = mean over loss terms of each term's sum, "
+                        "seq-mean-token-mean = mean over terms of each term's token mean, token-mean = mean over every "
+                        "policy token (identical for both --samples). Per-token weight of a token of step k of episode e, "
+                        "advantage A_e: concat A_e/N, A_e/(N*T_e), A_e/M; step A_e/S, A_e/(S*t_ek), A_e/M (N episodes, "
+                        "S steps, M policy tokens in the iteration; T_e, t_ek the episode's and the step's policy tokens) "
+                        "(default: seq-mean-token-sum)")
     p.add_argument("--lr", type=float, default=5e-6, help="AdamW learning rate, full model (default: %(default)s)")
     p.add_argument("--max-new-tokens", type=int, default=48, help="tokens generated per turn at most (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seeds torch sampling and the training tasks (default: %(default)s)")
@@ -77,6 +121,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--csv", default="runs/reinforce.csv", help="per-iteration CSV (default: %(default)s)")
     p.add_argument("--png", default=None, help="plot of the CSV, written at the end (default: none)")
     args = p.parse_args(argv)
+    if args.tree and (args.samples == "concat" or args.loss_agg not in (None, "seq-mean-token-sum")):
+        p.error("--tree trains each generated step as its own row with its per-state advantage, summed and divided by "
+                "the leaves: drop --samples concat and --loss-agg")
+    args.samples = args.samples or ("step" if args.tree else "concat")
+    args.loss_agg = args.loss_agg or "seq-mean-token-sum"
     args.kwargs = {"level": 1} if not args.env_kwarg and args.env_id == "AgentR1/Arithmetic-v0" else {}
     for item in args.env_kwarg:
         key, sep, value = item.partition("=")
@@ -89,21 +138,65 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def shared_prefix(rows: list[list[int]], keep: int = 1) -> int:
+    """Length of the ids every row starts with, leaving at least `keep` ids of each row after it (the
+    system prompt and demonstration every episode of a batch shares; computed once, not per row)."""
+    n = min(len(r) for r in rows) - keep
+    first = rows[0]
+    for r in rows[1:]:
+        k = 0
+        while k < n and r[k] == first[k]:
+            k += 1
+        n = k
+    return max(n, 0)
+
+
+def prefix_cache(model, prefix: list[int], rows: int):
+    """The key/value cache of `prefix` run once, repeated for `rows` rows (None for an empty prefix). With
+    grad enabled the prefix's graph is shared by the rows: its gradient is the rows' sum, exactly as if
+    every row ran the prefix itself."""
+    if not prefix:
+        return None
+    out = model(input_ids=torch.tensor([prefix], device=model.device), use_cache=True)
+    layers = cache_layers(getattr(out, "cache", None) or out.past_key_values)
+    return make_cache([(k.expand(rows, -1, -1, -1), v.expand(rows, -1, -1, -1)) for k, v in layers])
+
+
 def generate(model, prompts: list[list[int]], eot: list[int], pad: int, greedy: bool, max_new: int) -> list[list[int]]:
-    """One batched generate (left-padded); each row cut after its first end-of-turn id, as the env wants."""
-    width = max(map(len, prompts))
-    ids = torch.tensor([[pad] * (width - len(q)) + q for q in prompts], device=model.device)
-    mask = torch.tensor([[0] * (width - len(q)) + [1] * len(q) for q in prompts], device=model.device)
-    sampling = {"do_sample": False} if greedy else {"do_sample": True, "temperature": 1.0, "top_k": 0, "top_p": 1.0}
+    """One batched decode: greedy, or sampling at temperature 1 from the full distribution; each row ends at
+    its first end-of-turn id, as the env wants. The ids all prompts share (system prompt, demonstration) run
+    once; the rest are left-padded after them, the padding masked and skipped by the position ids."""
     with torch.no_grad():
-        out = model.generate(ids, attention_mask=mask, max_new_tokens=max_new, eos_token_id=eot, pad_token_id=pad, **sampling)
-    rows = out[:, width:].tolist()
-    return [next((row[: i + 1] for i, t in enumerate(row) if t in eot), row) for row in rows]
+        start = shared_prefix(prompts) if supports_prefix_cache(model) else 0  # a sliding window cannot be shared
+        kw = cache_keyword(model)
+        cache = prefix_cache(model, prompts[0][:start], len(prompts))
+        tails = [q[start:] for q in prompts]
+        width = max(map(len, tails))
+        ids = torch.tensor([[pad] * (width - len(t)) + t for t in tails], device=model.device)
+        mask = torch.tensor([[1] * start + [0] * (width - len(t)) + [1] * len(t) for t in tails], device=model.device)
+        position = (mask.cumsum(-1) - 1).clamp(min=0)[:, start:]
+        out: list[list[int]] = [[] for _ in prompts]
+        done = torch.zeros(len(prompts), dtype=torch.bool, device=model.device)
+        stop = torch.tensor(eot, device=model.device)
+        for _ in range(max_new):
+            step = model(input_ids=ids, attention_mask=mask, position_ids=position, use_cache=True, logits_to_keep=1, **{kw: cache})
+            cache = getattr(step, "cache", None) or step.past_key_values
+            logits = step.logits[:, -1].float()
+            nxt = logits.argmax(-1) if greedy else torch.multinomial(torch.softmax(logits, -1), 1).squeeze(-1)
+            for i in torch.nonzero(~done).flatten().tolist():
+                out[i].append(int(nxt[i]))
+            done |= torch.isin(nxt, stop)
+            if bool(done.all()):
+                break
+            ids = torch.where(done, torch.tensor(pad, device=model.device), nxt)[:, None]
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+            position = position[:, -1:] + 1
+    return out
 
 
 def play(model, envs, resets, eot, pad, greedy, max_new):
     """Play one episode per env (reset with the kwargs in `resets`) through agent_gym's episode engine;
-    returns (return, correct, turns) each, turns being the (prompt ids, action ids) of every policy turn.
+    returns their `Trajectory`s, in env order.
 
     Each episode is one `play_episode`; the Batcher puts one turn of every live episode into each batched
     `generate` (in env order), so the model runs once per round, not once per episode."""
@@ -125,10 +218,7 @@ def play(model, envs, resets, eot, pad, greedy, max_new):
         await runner
         return trajectories
 
-    return [
-        [t.return_, bool(t.final_info.get("correct", False)), [(s.prompt_ids, s.response_ids) for s in t.steps]]
-        for t in run_sync(episodes)
-    ]
+    return run_sync(episodes)
 
 
 def branch_pool(tokenizer, trees: int, leaves: int) -> EnvPool:
@@ -204,19 +294,106 @@ def play_trees(generate_batch, envs, resets, width: int, leaves: int, pool: EnvP
     return out
 
 
-def sum_logprobs(model, seqs: list[tuple[list[int], list[int]]], pad: int) -> torch.Tensor:
-    """Sum of log p(action token | everything before it) for each (prompt, action), right-padded batch."""
-    width = max(len(q) + len(a) for q, a in seqs)
-    ids = torch.tensor([q + a + [pad] * (width - len(q) - len(a)) for q, a in seqs], device=model.device)
-    attn = torch.tensor([[1] * (len(q) + len(a)) + [0] * (width - len(q) - len(a)) for q, a in seqs], device=model.device)
-    act = torch.tensor([[0] * len(q) + [1] * len(a) + [0] * (width - len(q) - len(a)) for q, a in seqs], device=model.device)
-    logp = torch.log_softmax(model(input_ids=ids, attention_mask=attn).logits[:, :-1].float(), dim=-1)
-    return (logp.gather(-1, ids[:, 1:, None]).squeeze(-1) * act[:, 1:]).sum(-1)
+def grpo_advantages(returns: list[float], group: int) -> list[float]:
+    """(r - group mean) / (group std + 1e-4) of consecutive groups of `group` returns (std with Bessel's
+    correction; a group of one gets 0)."""
+    if group == 1:  # no one to compare with
+        return [0.0] * len(returns)
+    r = torch.tensor(returns, dtype=torch.float32).view(-1, group)
+    return torch.nan_to_num((r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-4)).flatten().tolist()
+
+
+@dataclass
+class Sample:
+    """One row of the update: `prompt_ids`, then `response_ids` with `mask` 1 on the policy's ids and 0 on
+    the env's; `advantage` is its episode's; `term` numbers the loss term it belongs to (its episode in
+    concat, its own step in step layout)."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    mask: list[int]
+    advantage: float
+    term: int
+
+
+def layout(trajectories: list, advantages: list[float], kind: str) -> tuple[list[Sample], int]:
+    """The update's rows for `trajectories` (episode i has advantage `advantages[i]`) in layout `kind`
+    ("concat" or "step", see the module docstring), and the number of loss terms (N or S)."""
+    if kind not in LAYOUTS:
+        raise ValueError(f"sample layout must be one of {LAYOUTS}, got {kind!r}")
+    samples: list[Sample] = []
+    if kind == "concat":
+        for i, (t, a) in enumerate(zip(trajectories, advantages)):
+            for seg in t.segments():  # one for an append-only env; a context rewrite starts another
+                keep = max((j + 1 for j, m in enumerate(seg.response_mask) if m), default=0)  # a tail of env ids trains nothing
+                samples.append(Sample(list(seg.prompt_ids), list(seg.response_ids[:keep]), list(seg.response_mask[:keep]), a, i))
+        return samples, len(trajectories)
+    for t, a in zip(trajectories, advantages):
+        for s in t.steps:
+            samples.append(Sample(list(s.prompt_ids), list(s.response_ids), [1] * len(s.response_ids), a, len(samples)))
+    return samples, len(samples)
+
+
+def token_weights(samples: list[Sample], terms: int, loss_agg: str) -> list[list[float]]:
+    """Each sample's per-response-id loss weight w (loss = -sum w log p; 0 on env ids), as the module
+    docstring's table gives it for `loss_agg`, with `terms` loss terms (N or S; terms without a sample, or
+    without a policy id, count too: a zero-advantage episode still counts in the mean)."""
+    if loss_agg not in LOSS_AGGS:
+        raise ValueError(f"loss aggregation must be one of {LOSS_AGGS}, got {loss_agg!r}")
+    per_term: dict[int, int] = {}
+    for s in samples:
+        per_term[s.term] = per_term.get(s.term, 0) + sum(s.mask)
+    every = sum(per_term.values())
+    out = []
+    for s in samples:
+        if loss_agg == "token-mean":
+            w = s.advantage / every if every else 0.0
+        elif loss_agg == "seq-mean-token-sum":
+            w = s.advantage / terms
+        else:
+            w = s.advantage / (terms * per_term[s.term]) if per_term[s.term] else 0.0
+        out.append([w * m for m in s.mask])
+    return out
+
+
+def weighted_logprob_sum(model, rows: list[tuple[list[int], list[int], list[float]]], pad: int) -> torch.Tensor:
+    """sum over rows and response ids of w * log p(id | everything before it), for (prompt, response,
+    per-response-id weights w) rows run as one batch: the ids all rows share once (`prefix_cache`, its
+    gradient through every row), the rest right-padded, logits only where a weight is."""
+    seqs = [q + a for q, a, _ in rows]
+    # at least one prompt id of each row left to predict from
+    start = shared_prefix([q for q, _, _ in rows]) if supports_prefix_cache(model) else 0
+    cache = prefix_cache(model, seqs[0][:start], len(rows))
+    tails = [x[start:] for x in seqs]
+    width = max(map(len, tails))
+    ids = torch.tensor([t + [pad] * (width - len(t)) for t in tails], device=model.device)
+    mask = torch.tensor([[1] * (start + len(t)) + [0] * (width - len(t)) for t in tails], device=model.device)
+    # the weight of the id at tail position j sits at j - 1, where the logits predict it
+    w = torch.tensor([[0.0] * (len(q) - start - 1) + list(ws) + [0.0] * (width - len(q) - len(a) + start) for q, a, ws in rows],
+                     device=model.device, dtype=torch.float32)
+    keep = torch.nonzero(w.ne(0).any(0)).flatten()  # the positions whose logits any row needs
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=torch.arange(start, start + width, device=model.device).expand(len(rows), -1),
+                   logits_to_keep=keep, **{cache_keyword(model): cache}).logits.float()
+    logp = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, keep + 1, None]).squeeze(-1)
+    return (logp * w[:, keep]).sum()
+
+
+def policy_loss_backward(model, rows: list[tuple[list[int], list[int], list[float]]], pad: int, micro: int = 8) -> float:
+    """Backpropagate loss = -sum w log p over `rows` in micro-batches (which keep the (batch, length,
+    vocab) logits small); rows whose weights are all 0 are skipped. Returns the loss."""
+    rows = [r for r in rows if any(r[2])]
+    total = 0.0
+    for b in range(0, len(rows), micro):
+        loss = -weighted_logprob_sum(model, rows[b: b + micro], pad)
+        loss.backward()
+        total += loss.item()
+    return total
 
 
 def evaluate(model, envs, eot, pad, max_new):
     """Greedy accuracy on test tasks seed=0..len(envs)-1 (the same tasks every time) and its standard error."""
-    acc = sum(c for _, c, _ in play(model, envs, [{"seed": i} for i in range(len(envs))], eot, pad, True, max_new)) / len(envs)
+    played = play(model, envs, [{"seed": i} for i in range(len(envs))], eot, pad, True, max_new)
+    acc = sum(bool(t.final_info.get("correct", False)) for t in played) / len(envs)
     return acc, math.sqrt(acc * (1 - acc) / len(envs))
 
 
@@ -281,31 +458,29 @@ def train(args: argparse.Namespace, tok, model, envs: list, eval_envs: list, poo
             resets = [{"seed": args.seed * 1_000_003 + it * args.prompts + p} for p in range(args.prompts)]
             trees = play_trees(lambda prompts: [Generation(ids, None, "stop") for ids in generate(model, prompts, eot, pad, False, args.max_new_tokens)],
                                envs, resets, args.tree, args.group, pool=pool)
-            leaves = [t for tree, _, _ in trees for t in tree]
-            episodes = [[t.return_, bool(t.final_info.get("correct", False)), []] for t in leaves]
-            seqs = [turn for _, turns, _ in trees for turn in turns]
-            r = torch.tensor([e[0] for e in episodes])
+            episodes = [t for tree, _, _ in trees for t in tree]  # the leaves
+            r = torch.tensor([t.return_ for t in episodes])
+            # every generated step once, with its per-state advantage, summed and divided by the leaves
+            batch = [(q, a, [adv / len(episodes)] * len(a)) for _, turns, _ in trees for (q, a), adv in turns]
             generated = sum(stats.generated_tokens for _, _, stats in trees)  # a shared prefix counts once
         else:
             resets = [{"seed": args.seed * 1_000_003 + it * args.prompts + p} for p in range(args.prompts) for _ in range(args.group)]
             episodes = play(model, envs, resets, eot, pad, False, args.max_new_tokens)
-            r = torch.tensor([e[0] for e in episodes]).view(args.prompts, args.group)
-            adv = torch.nan_to_num(((r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-4)).flatten())  # G=1: 0
-            seqs = [(turn, float(adv[i])) for i, e in enumerate(episodes) for turn in e[2] if adv[i] != 0]
-            generated = sum(len(a) for e in episodes for _, a in e[2])
+            r = torch.tensor([t.return_ for t in episodes])
+            samples, terms = layout(episodes, grpo_advantages([t.return_ for t in episodes], args.group), args.samples)
+            batch = [(s.prompt_ids, s.response_ids, w) for s, w in zip(samples, token_weights(samples, terms, args.loss_agg))]
+            generated = sum(len(s.response_ids) for t in episodes for s in t.steps)
         total += generated
         opt.zero_grad()
-        loss_total = 0.0
-        for b in range(0, len(seqs), 8):  # micro-batches keep the (batch, length, vocab) logits small
-            chunk = seqs[b: b + 8]
-            loss = -(torch.tensor([a for _, a in chunk], device=model.device) * sum_logprobs(model, [t for t, _ in chunk], pad)).sum() / len(episodes)
-            loss.backward()
-            loss_total += loss.item()
+        loss_total = policy_loss_backward(model, batch, pad)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        trained = [x for x in batch if any(x[2])]
         row = {**blank, "iteration": it, "mean_reward": round(r.mean().item(), 4),
-               "accuracy": round(sum(e[1] for e in episodes) / len(episodes), 4), "loss": round(loss_total, 6),
-               "tokens": generated, "tokens_total": total, "seconds": round(time.time() - start, 2)}
+               "accuracy": round(sum(bool(t.final_info.get("correct", False)) for t in episodes) / len(episodes), 4),
+               "loss": round(loss_total, 6), "tokens": generated, "tokens_total": total, "seconds": round(time.time() - start, 2),
+               "samples": len(trained), "trained_tokens": sum(len(q) + len(a) for q, a, _ in trained),
+               "turns": round(sum(len(t.steps) for t in episodes) / len(episodes), 4)}
         if eval_envs and (it == args.iterations or (args.eval_every and it % args.eval_every == 0)):
             row["greedy_accuracy"], row["greedy_se"] = evaluate(model, eval_envs, eot, pad, args.max_new_tokens)
             tqdm.write(f"iteration {it}: greedy accuracy {row['greedy_accuracy']:.3f} ± {row['greedy_se']:.3f}")

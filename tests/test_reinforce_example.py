@@ -203,3 +203,154 @@ def test_tree_mode_closes_every_env_when_the_model_fails(monkeypatch, tokenizer,
         reinforce.main(argv)
     assert len(made) == 1 + 3
     assert all(env.closes == 1 for env in made)  # the failed branches' envs by play_trees, the rest by main
+
+
+# -- sample layouts (--samples) and loss aggregation (--loss-agg) ------------------------------------------
+
+
+def _two_episodes():
+    """A hand-made batch of two episodes of one task: A calls a tool (2 ids), gets a 2-id reply and answers
+    (4 ids), return 1; B answers at once (4 ids), return 0."""
+    from agent_gym.trajectory import StepRecord, Trajectory
+
+    a = Trajectory(id="a", env_id="x", steps=[
+        StepRecord(trajectory_id="a", step=0, prompt_ids=[1, 2, 3], response_ids=[10, 11], reward=0.0, terminated=False, truncated=False),
+        StepRecord(trajectory_id="a", step=1, prompt_ids=[1, 2, 3, 10, 11, 20, 21], response_ids=[12, 13, 14, 15], reward=1.0,
+                   terminated=True, truncated=False),
+    ])
+    b = Trajectory(id="b", env_id="x", steps=[
+        StepRecord(trajectory_id="b", step=0, prompt_ids=[1, 2, 4], response_ids=[30, 31, 32, 33], reward=0.0, terminated=True, truncated=False),
+    ])
+    return [a, b]
+
+
+def test_grpo_advantages_normalise_each_group_and_a_group_of_one_gets_zero() -> None:
+    std = math.sqrt(0.5)  # of [1, 0], Bessel-corrected
+    got = reinforce.grpo_advantages([1.0, 0.0, 1.0, 1.0], 2)
+    assert got == pytest.approx([0.5 / (std + 1e-4), -0.5 / (std + 1e-4), 0.0, 0.0], rel=1e-6)
+    assert reinforce.grpo_advantages([1.0, 0.0], 1) == [0.0, 0.0]
+
+
+def test_concat_is_one_row_per_episode_and_step_one_row_per_step() -> None:
+    episodes = _two_episodes()
+    concat, n = reinforce.layout(episodes, [1.0, -1.0], "concat")
+    assert n == 2
+    assert [(s.prompt_ids, s.response_ids, s.mask, s.advantage, s.term) for s in concat] == [
+        ([1, 2, 3], [10, 11, 20, 21, 12, 13, 14, 15], [1, 1, 0, 0, 1, 1, 1, 1], 1.0, 0),  # the env's reply masked
+        ([1, 2, 4], [30, 31, 32, 33], [1, 1, 1, 1], -1.0, 1),
+    ]
+    step, s = reinforce.layout(episodes, [1.0, -1.0], "step")
+    assert s == 3
+    assert [(x.prompt_ids, x.response_ids, x.mask, x.advantage, x.term) for x in step] == [
+        ([1, 2, 3], [10, 11], [1, 1], 1.0, 0),
+        ([1, 2, 3, 10, 11, 20, 21], [12, 13, 14, 15], [1, 1, 1, 1], 1.0, 1),  # the step's whole context
+        ([1, 2, 4], [30, 31, 32, 33], [1, 1, 1, 1], -1.0, 2),
+    ]
+    with pytest.raises(ValueError, match="sample layout must be one of"):
+        reinforce.layout(episodes, [1.0, -1.0], "tree")
+
+
+def test_the_per_token_loss_weights_of_both_layouts() -> None:
+    # A: advantage +1, T = 6 policy ids in K = 2 steps of 2 and 4; B: -1, 4 ids in 1 step. N = 2 episodes,
+    # S = 3 steps, M = 10 policy ids.
+    episodes = _two_episodes()
+    concat, n = reinforce.layout(episodes, [1.0, -1.0], "concat")
+    step, s = reinforce.layout(episodes, [1.0, -1.0], "step")
+    weights = reinforce.token_weights
+
+    # seq-mean-token-sum: A_e / N against A_e / S (the same direction, scaled by N / S)
+    assert weights(concat, n, "seq-mean-token-sum") == [[0.5, 0.5, 0.0, 0.0, 0.5, 0.5, 0.5, 0.5], [-0.5] * 4]
+    assert weights(step, s, "seq-mean-token-sum") == [[1 / 3] * 2, [1 / 3] * 4, [-1 / 3] * 4]
+    # seq-mean-token-mean: A_e / (N T_e) against A_e / (S t_ek)
+    assert weights(concat, n, "seq-mean-token-mean") == [[1 / 12, 1 / 12, 0.0, 0.0, 1 / 12, 1 / 12, 1 / 12, 1 / 12], [-1 / 8] * 4]
+    assert weights(step, s, "seq-mean-token-mean") == [[1 / 6] * 2, [1 / 12] * 4, [-1 / 12] * 4]
+    # so an episode weighs A_e / N in all under concat, A_e K_e / S under step; a short step's ids weigh more
+    assert sum(weights(concat, n, "seq-mean-token-mean")[0]) == pytest.approx(1 / 2)
+    assert sum(sum(w) for w in weights(step, s, "seq-mean-token-mean")[:2]) == pytest.approx(2 / 3)
+    assert sum(weights(step, s, "seq-mean-token-mean")[2]) == pytest.approx(-1 / 3)
+    # token-mean: A_e / M, the same in both layouts
+    assert weights(concat, n, "token-mean") == [[0.1, 0.1, 0.0, 0.0, 0.1, 0.1, 0.1, 0.1], [-0.1] * 4]
+    assert weights(step, s, "token-mean") == [[0.1] * 2, [0.1] * 4, [-0.1] * 4]
+    with pytest.raises(ValueError, match="loss aggregation must be one of"):
+        weights(step, s, "sum")
+
+
+def test_samples_and_loss_agg_options(capsys) -> None:
+    assert (reinforce.parse_args([]).samples, reinforce.parse_args([]).loss_agg) == ("concat", "seq-mean-token-sum")
+    args = reinforce.parse_args(["--samples", "step", "--loss-agg", "seq-mean-token-mean"])
+    assert (args.samples, args.loss_agg) == ("step", "seq-mean-token-mean")
+    assert reinforce.parse_args(["--tree", "2"]).samples == "step"
+    with pytest.raises(SystemExit) as exit_:
+        reinforce.parse_args(["--tree", "2", "--samples", "concat"])
+    assert exit_.value.code == 2
+    assert "--tree trains each generated step as its own row" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        reinforce.parse_args(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for needle in ["--samples {concat,step}", "--loss-agg {seq-mean-token-sum,seq-mean-token-mean,token-mean}",
+                   "concat A_e/N, A_e/(N*T_e), A_e/M; step A_e/S, A_e/(S*t_ek), A_e/M"]:
+        assert needle in text
+
+
+def _tiny_llama():
+    """A randomly initialised 2-layer Llama (vocab 64): the real transformers forward, cache and
+    `logits_to_keep`, small enough to compare gradients exactly."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, max_position_embeddings=64)
+    return LlamaForCausalLM(config).float().eval()
+
+
+def _naive_loss(model, rows):
+    """-sum w log p, each row run alone from its first id: what the shared-prefix batch must equal."""
+    import torch
+
+    total = torch.zeros(())
+    for q, a, w in rows:
+        ids = torch.tensor([q + a])
+        logp = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), -1).gather(-1, ids[0, 1:, None]).squeeze(-1)
+        total = total - (logp[len(q) - 1:] * torch.tensor(w)).sum()
+    return total
+
+
+@pytest.mark.parametrize("loss_agg", reinforce.LOSS_AGGS)
+def test_the_loss_is_minus_the_weighted_log_probs_in_both_layouts(loss_agg) -> None:
+    import torch
+
+    model = _tiny_llama()
+    episodes = _two_episodes()
+    grads = {}
+    for kind in reinforce.LAYOUTS:
+        samples, terms = reinforce.layout(episodes, [1.0, -1.0], kind)
+        rows = [(x.prompt_ids, x.response_ids, w) for x, w in zip(samples, reinforce.token_weights(samples, terms, loss_agg))]
+        model.zero_grad()
+        want = _naive_loss(model, rows)
+        want.backward()
+        want_grad = [p.grad.clone() for p in model.parameters()]
+        model.zero_grad()
+        got = reinforce.policy_loss_backward(model, rows, pad=0, micro=2)  # micro-batches of a shared prefix [1, 2]
+        got_grad = [p.grad.clone() for p in model.parameters()]
+        assert got == pytest.approx(want.item(), rel=1e-5)
+        for g, h in zip(got_grad, want_grad):
+            torch.testing.assert_close(g, h, rtol=1e-4, atol=1e-6)
+        grads[kind] = got_grad
+    same = all(torch.allclose(g, h, rtol=1e-4, atol=1e-6) for g, h in zip(grads["concat"], grads["step"]))
+    assert same == (loss_agg == "token-mean")  # the layouts' log-probs are the same: only the weights differ
+
+
+def test_generate_matches_transformers_generate_greedily() -> None:
+    import torch
+
+    model = _tiny_llama()
+    prompts = [[1, 2, 3, 5, 7], [1, 2, 3, 9], [1, 2, 3, 4, 4, 4, 6]]  # a shared prefix, then left-padded tails
+    eot = [63]
+    got = reinforce.generate(model, prompts, eot, 0, True, 6)
+    width = max(map(len, prompts))
+    ids = torch.tensor([[0] * (width - len(q)) + q for q in prompts])
+    mask = torch.tensor([[0] * (width - len(q)) + [1] * len(q) for q in prompts])
+    out = model.generate(ids, attention_mask=mask, max_new_tokens=6, do_sample=False, eos_token_id=eot, pad_token_id=0)[:, width:].tolist()
+    assert got == [next((r[: i + 1] for i, t in enumerate(r) if t in eot), r) for r in out]
+    assert all(len(r) == 6 or r[-1] == 63 for r in got)
