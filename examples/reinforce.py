@@ -9,8 +9,11 @@ model trained (135M parameters, fp32, fits a laptop's CPU), 4 tasks x 8 samples 
 Each iteration samples `--prompts` tasks, plays `--group` episodes of each at temperature 1 (the
 policy's exact token ids go to `env.step`), scores every episode by its return relative to its own
 group, advantage = (r - mean) / (std + eps), and takes one AdamW step on
-loss = -mean(advantage * sum of the log-probs of the episode's action tokens). A greedy eval on fixed
-test-split tasks before and after training shows that the rise is not sampling noise.
+loss = -mean(advantage * sum of the log-probs of the episode's action tokens) (the default layout and
+aggregation, below). A greedy eval on fixed test-split tasks before and after training shows that the
+rise is not sampling noise. Generation and the update run the ids that every row of a batch starts with
+(the system prompt, a demonstration) once, through a key/value cache shared by the rows (its gradient
+flows through every row): the same numbers as running each row whole, for a fraction of the cost.
 
 With `--tree WIDTH` each task is one tree of episodes instead (`agent_gym.rollout.play_tree`): the
 episode branches `WIDTH` ways at every step (env snapshots, the shared prefix generated once) up to
@@ -44,9 +47,11 @@ loss = -sum over policy tokens of w * log p(token), with for a token of step k o
 
 So with seq-mean-token-mean an episode's tokens weigh A_e / N in all under concat and A_e K_e / S under
 step (K_e its steps, S / N the mean): step gives an episode of more turns more weight and splits it
-equally between its turns, so a short turn's tokens (a tool call) weigh more than a long turn's. The log-probs are the same in both
-layouts (an append-only env's step context is a prefix of the episode's row); an env that rewrites its
-context gives concat one row per segment, still one loss term per episode.
+equally between its turns, so a short turn's tokens (a tool call) weigh more than a long turn's. The
+log-probs are the same in both layouts (an append-only env's step context is a prefix of the episode's
+row); an env that rewrites its context gives concat one row per segment, still one loss term per
+episode. `--tree` trains step rows (its advantages are per step), seq-mean-token-sum over the leaves.
+docs/performance.md compares the two layouts (examples/compare_reinforce_layouts.py).
 """
 
 from __future__ import annotations

@@ -354,3 +354,39 @@ def test_generate_matches_transformers_generate_greedily() -> None:
     out = model.generate(ids, attention_mask=mask, max_new_tokens=6, do_sample=False, eos_token_id=eot, pad_token_id=0)[:, width:].tolist()
     assert got == [next((r[: i + 1] for i, t in enumerate(r) if t in eot), r) for r in out]
     assert all(len(r) == 6 or r[-1] == 63 for r in got)
+
+
+@pytest.mark.slow
+def test_both_layouts_train_the_same_first_episodes_on_a_tool_env(monkeypatch, tmp_path) -> None:
+    # The CI's short version of docs/performance.md's step-vs-concat runs: one iteration of each layout
+    # on ArithmeticTool with the default model. Same seed, same weights: the same episodes, so the same
+    # reward, tokens and turns; only the update's rows differ.
+    import copy
+
+    import torch
+    from agent_gym.models import load_causal_lm
+
+    loaded = load_causal_lm("smollm2-135m-tool", dtype=torch.float32)  # once; each arm trains a fresh copy
+    monkeypatch.setattr(reinforce, "load_causal_lm", lambda name, dtype: copy.deepcopy(loaded))
+    argv = ["--env-id", "AgentR1/ArithmeticTool-v0", "--env-kwarg", "few_shot=true", "--env-kwarg", "level=3",
+            "--model", "smollm2-135m-tool", "--iterations", "1", "--prompts", "1", "--group", "3", "--max-new-tokens", "40",
+            "--eval-tasks", "1", "--loss-agg", "seq-mean-token-mean", "--seed", "1"]
+    tables = {}
+    for kind in reinforce.LAYOUTS:
+        out = tmp_path / f"{kind}.csv"
+        reinforce.main(argv + ["--samples", kind, "--csv", str(out)])
+        with open(out, newline="") as fh:
+            tables[kind] = list(csv.DictReader(fh))
+        assert list(tables[kind][0]) == reinforce.COLUMNS
+        assert [r["iteration"] for r in tables[kind]] == ["0", "1"]
+    concat, step = tables["concat"][1], tables["step"][1]
+    same = ["mean_reward", "accuracy", "tokens", "tokens_total", "turns", "greedy_accuracy"]
+    assert {k: concat[k] for k in same} == {k: step[k] for k in same}
+    assert int(concat["tokens"]) > 0 and float(concat["turns"]) >= 1
+    assert tables["concat"][0]["greedy_accuracy"] == tables["step"][0]["greedy_accuracy"]
+    # the rows: one per trained episode against one per step of those episodes, each with its whole context
+    assert int(step["samples"]) >= int(concat["samples"])
+    if int(concat["samples"]):
+        assert int(step["trained_tokens"]) >= int(concat["trained_tokens"]) > 0
+    else:  # one reward for the whole group: no advantage, nothing trained in either layout
+        assert (int(step["samples"]), float(step["loss"]), float(concat["loss"])) == (0, 0.0, 0.0)
