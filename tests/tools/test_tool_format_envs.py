@@ -34,6 +34,9 @@ OWN_ACTION_TESTS = {
     "AgentR1/SWE-v0": ("envs/swe/tests/test_swe_env.py", "test_bad_actions_end_the_episode"),
     "AgentR1/AgentProgram-v0": ("envs/agent_program/tests/test_agent_program_env.py",
                                 "test_an_invalid_action_ends_the_episode_and_the_program_gets_410"),
+    # two-player games: a move is parsed by the game (an illegal one is a penalty with its reason)
+    **{f"AgentR1/{game}-v0": ("envs/multiagent/tests/test_view.py", "test_an_illegal_move_is_a_penalty_with_its_reason")
+       for game in ("TicTacToe", "KuhnPoker", "ConnectFour", "Negotiation")},
 }
 # Every env the packages register, each tool env once per format.
 ENV_CONFIGS = [(e, f) for e in TOOL_ENVS for f in FORMATS] + [(e, None) for e in OTHER_ENVS]
