@@ -151,12 +151,16 @@ def test_swe_bench_instance_from_a_local_git_checkout(tokenizer, calc_repo, tmp_
     env.close()
 
 
-def test_packaged_task_demonstration_scores_1(tokenizer):
-    """One packaged task, fixed by its demonstration through the env: the generated data is sound."""
+@pytest.mark.parametrize("repo", ["cachetools-8.0.3", "inflection-0.5.1", "isodate-0.7.2", "webcolors-25.10.0"])
+def test_packaged_task_demonstration_scores_1(tokenizer, repo):
+    """The first train task of each packaged project, fixed by its demonstration through the env: the
+    generated data is sound. (isodate's tests parametrized over a set change their ids from one run to the
+    next; listed, they made every isodate task unresolvable.)"""
     from agent_gym_swe.demonstrations import demonstrations
 
-    env = gym.make(ENV_ID, tokenizer=tokenizer, split="train", difficulty="easy")
-    ((task_id, turns, outcome),) = list(demonstrations(env, offset=0, limit=1))
+    env = gym.make(ENV_ID, tokenizer=tokenizer, split="train")
+    offset = next(n for n, t in enumerate(env.unwrapped.tasks) if t.repo == repo)
+    ((task_id, turns, outcome),) = list(demonstrations(env, offset=offset, limit=1))
     assert outcome == "kept" and json.loads(turns[-1].split("\n")[1]) == {"name": "submit", "arguments": {}}
     obs, info = env.reset(options={"task_id": task_id})
     task = env.unwrapped.task
@@ -164,5 +168,7 @@ def test_packaged_task_demonstration_scores_1(tokenizer):
     for turn in turns:
         obs, reward, terminated, truncated, info = env.step(env.unwrapped.template.encode(turn) + list(env.unwrapped.template.end_of_turn_ids))
     assert (reward, terminated) == (1.0, True)
-    assert info["tests"]["fail_to_pass"][0] == len(task.FAIL_TO_PASS) >= 1 and info["tool_errors"] == 0
+    f2p, p2p = len(task.FAIL_TO_PASS), len(task.PASS_TO_PASS)
+    assert info["tests"]["fail_to_pass"] == [f2p, f2p] and info["tests"]["pass_to_pass"] == [p2p, p2p] and f2p >= 1
+    assert info["tool_errors"] == 0
     env.close()
