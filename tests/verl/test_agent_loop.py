@@ -481,13 +481,18 @@ def test_a_concat_episode_that_ends_on_empty_actions_keeps_its_reward_on_a_train
         # the demo: test-0 asks what 6 flanges cost; the warehouse MCP server (a stdio process) prices one at 17
         ("AgentR1/MCPTask-v0", {"max_turns": 3},
          ['<tool_call>\n{"name": "price", "arguments": {"item": "flanges"}}\n</tool_call>', "6 * 17 = 102\n#### 102"]),
+        # a shell in the task's sandboxed copy of the project; the answer without a call ends the episode and
+        # the project's hidden tests grade the unfixed copy
+        ("AgentR1/SWE-v0", {"difficulty": "easy", "max_turns": 3},
+         ['<tool_call>\n{"name": "bash", "arguments": {"command": "ls LICENSE README.rst"}}\n</tool_call>',
+          "I could not find the bug."]),
     ],
 )
 def test_concat_mode_plays_the_catalogue_envs_token_for_token(model_dir, verl_tokenizer, tmp_path, env_id, env_kwargs, turns):
     """The tool envs of the catalogue under verl's worker: the row is the env's context (tool results, the
-    simulated customer's turns and the MCP server's answers as env ids, outside response_mask), the score its
-    return. MCPTask-v0's server process lives while an env of the pool uses it and is gone once the pool is
-    closed."""
+    simulated customer's turns, the MCP server's answers and SWE-v0's shell output as env ids, outside
+    response_mask), the score its return. MCPTask-v0's server process lives while an env of the pool uses it
+    and is gone once the pool is closed."""
     if env_id == "AgentR1/SearchQA-v0":
         pytest.importorskip("bm25s")
     if env_id == "AgentR1/MCPTask-v0":
@@ -514,6 +519,11 @@ def test_concat_mode_plays_the_catalogue_envs_token_for_token(model_dir, verl_to
     # answer_f1: SearchQA's graded token F1; the 0/1 correctness where an env grades none
     expected_f1 = 2 / 3 if env_id == "AgentR1/SearchQA-v0" else out.non_tensor_batch["acc"][0]
     assert out.non_tensor_batch["answer_f1"][0] == pytest.approx(expected_f1)
+    if env_id == "AgentR1/SWE-v0":
+        reply = verl_tokenizer.decode(row["response"][len(actions[0]) : len(row["response"]) - len(actions[1])])
+        assert "<|im_start|>tool\nLICENSE\nREADME.rst<|im_end|>" in reply  # `ls` in the episode's copy, as env ids
+        assert sum(row["rm_scores"]) == 0.0 and out.non_tensor_batch["acc"][0] == 0.0  # the bug is still there
+        al._ENV_POOL.clear()  # closes the pooled env: its sandbox session ends
     if env_id == "AgentR1/MCPTask-v0":
         from agent_gym.tools import mcp as agent_mcp
 

@@ -163,6 +163,9 @@ NEW_ENVS = {
                                    {"name": "get_product", "arguments": {"product_id": "P0"}},
                                    ["Could you give me your email address?", "Thank you."]),
     "AgentR1/MCPTask-v0": ({"max_turns": 3}, {"name": "stock", "arguments": {"item": "bolts"}}, ["#### 1", "#### 2"]),
+    # an answer without a tool call ends the episode: the project's hidden tests grade the unfixed copy
+    "AgentR1/SWE-v0": ({"difficulty": "easy", "max_turns": 3}, {"name": "bash", "arguments": {"command": "ls"}},
+                       ["I could not find the bug.", "Done."]),
 }
 
 
@@ -188,3 +191,8 @@ def test_two_steps_on_the_catalogue_envs_with_a_scripted_tool_user(tmp_path, tok
             assert t.metadata["truncated_reason"] != "max_completion_tokens"  # the samples hold whole episodes
         env_ids = (record["batch"]["tool_mask"] == 0) & (record["batch"]["completion_mask"] == 1)
         assert int(env_ids.sum(1).min()) > 0  # every sample holds the tool's reply, masked out
+        if env_id == "AgentR1/SWE-v0":  # graded by the hidden tests in the sandbox, not by the answer's text
+            for t in record["trajectories"]:
+                info = t.final_info
+                assert (t.return_, info["answer_check"], info["submitted"]) == (0.0, "unresolved", False)
+                assert info["tests"]["fail_to_pass"][0] == 0 < info["tests"]["pass_to_pass"][0]
