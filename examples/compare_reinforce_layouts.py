@@ -10,8 +10,8 @@ layouts differ; see reinforce.py's docstring) and writes `<arm>-seed<N>.csv` and
 pair by seed pair, so a stopped run leaves whole pairs. The two arms of a seed play the same training
 tasks, start from the same weights and the same sampling seed: their first batch is the same episodes.
 
-`report` reads every `<arm>-seed<N>.csv` in `--dir` and prints, per seed and as the mean over the seeds that
-have both arms with its standard error (sd of the per-seed differences / sqrt(seeds)): greedy accuracy at
+`report` reads every `<arm>-seed<N>.csv` in `--dir` and prints, per seed and as the mean over the seeds whose
+two arms both ended (their final eval written) with its standard error (sd of the per-seed differences / sqrt(seeds)): greedy accuracy at
 the start and the end, the sampled training reward of the last `--last` iterations, generated tokens and
 the tokens the update trained on; with `--png` it plots greedy accuracy and training reward against
 generated tokens. Reads the CSV columns only, so it runs without torch.
@@ -124,7 +124,9 @@ def report(folder: Path, last: int) -> tuple[str, dict]:
     for (arm, seed), s in sorted(runs.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         lines.append(f"{seed:>4} {arm:>6} {s['iterations']:>5} {s['start']:>12.3f} {s['end']:>10.3f} {s['reward']:>14.3f} "
                      f"{s['tokens']:>10} {s['trained']:>14} {s['samples']:>5} {s['turns']:>5.2f}")
-    seeds = sorted({seed for _, seed in runs if ("concat", seed) in runs and ("step", seed) in runs})
+    # a run without its final eval (still going, or stopped) is listed but not paired
+    ended = {key for key, v in runs.items() if not math.isnan(v["end"])}
+    seeds = sorted({seed for _, seed in ended if ("concat", seed) in ended and ("step", seed) in ended})
     paired: dict = {"seeds": seeds}
     if seeds:
         lines.append("")
@@ -142,30 +144,51 @@ def report(folder: Path, last: int) -> tuple[str, dict]:
     return "\n".join(lines), paired
 
 
-def plot(folder: Path, png: str) -> None:
+def plot(folder: Path, png: str, last: int = 3) -> None:
+    """Left: each seed's final greedy accuracy in both arms (a line per seed), the start dashed. Right: the
+    sampled training reward against generated tokens, each run faint, each arm's mean over seeds bold."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     colors = {"concat": "tab:blue", "step": "tab:orange"}
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    for (arm, seed), path in sorted(runs_in(folder).items()):
-        rows = read(path)
-        tokens = {int(r["iteration"]): (int(r["tokens_total"]) if r["tokens_total"] else 0) for r in rows}
-        ev = [r for r in rows if r["greedy_accuracy"] != ""]
-        left.plot([tokens[int(r["iteration"])] for r in ev], [float(r["greedy_accuracy"]) for r in ev], "o-",
-                  color=colors[arm], alpha=0.7, label=f"{arm}, seed {seed}")
-        tr = [r for r in rows if r["mean_reward"] != ""]
-        right.plot([int(r["tokens_total"]) for r in tr], [float(r["mean_reward"]) for r in tr], "-",
-                   color=colors[arm], alpha=0.7, label=f"{arm}, seed {seed}")
-    left.set(xlabel="generated tokens", ylabel="greedy accuracy, 64 held-out tasks", title="held-out, greedy", ylim=(0, 1.05))
-    right.set(xlabel="generated tokens", ylabel="mean reward, 16 episodes at T=1", title="training reward (sampled)", ylim=(0, 1.05))
-    for ax in (left, right):
-        ax.grid(alpha=0.3)
-    handles, labels = left.get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=6, fontsize=8)
-    fig.suptitle("REINFORCE on ArithmeticTool-v0 level 3 (few-shot), smollm2-135m-tool, 2 CPU cores: step vs concat layout")
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    runs = runs_in(folder)
+    _, paired = report(folder, last)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), gridspec_kw={"width_ratios": [1, 1.6]})
+    starts = []
+    for seed in paired["seeds"]:
+        ends = [summary(read(runs[(arm, seed)]), last)["end"] for arm in ARMS]
+        starts.append(summary(read(runs[(ARMS[0], seed)]), last)["start"])
+        left.plot([0, 1], ends, "-", color="gray", alpha=0.6)
+        left.scatter([0, 1], ends, c=[colors[a] for a in ARMS], zorder=3)
+        left.annotate(f"seed {seed}", (1.04, ends[1]), fontsize=8, va="center")
+    if starts:
+        left.axhline(sum(starts) / len(starts), ls="--", color="black", alpha=0.5, label="start (the same model)")
+        d = paired["end"]
+        left.set_title(f"held-out greedy accuracy at the end\nstep - concat {d['mean']:+.3f} ± {d['se']:.3f} ({len(paired['seeds'])} seeds)",
+                       fontsize=10)
+        left.legend(loc="lower left", fontsize=8)
+    left.set(xticks=[0, 1], xticklabels=list(ARMS), xlim=(-0.3, 1.35), ylabel="greedy accuracy, 64 held-out tasks")
+    left.grid(alpha=0.3)
+    for arm in ARMS:
+        curves = []
+        for (a, seed), path in sorted(runs.items()):
+            if a != arm:
+                continue
+            tr = [r for r in read(path) if r["mean_reward"] != ""]
+            curves.append([(int(r["tokens_total"]), float(r["mean_reward"])) for r in tr])
+            right.plot(*zip(*curves[-1]), "-", color=colors[arm], alpha=0.2)
+        n = min(map(len, curves)) if curves else 0
+        if n:
+            xs = [sum(c[i][0] for c in curves) / len(curves) for i in range(n)]
+            ys = [sum(c[i][1] for c in curves) / len(curves) for i in range(n)]
+            right.plot(xs, ys, "o-", color=colors[arm], lw=2, label=f"{arm}, mean of {len(curves)} seeds")
+    right.set(xlabel="generated tokens (the run so far)", ylabel="mean reward, 16 episodes at T=1", ylim=(0, 1.05),
+              title="training reward (sampled, fresh tasks each iteration)")
+    right.grid(alpha=0.3)
+    right.legend(loc="lower right", fontsize=8)
+    fig.suptitle("REINFORCE on ArithmeticTool-v0 level 3 (few-shot), smollm2-135m-tool, CPU: step vs concat layout", fontsize=11)
+    fig.tight_layout()
     fig.savefig(png, dpi=110)
 
 
@@ -185,7 +208,7 @@ def main(argv: list[str] | None = None) -> None:
     text, _ = report(Path(args.dir), args.last)
     print(text)
     if args.png:
-        plot(Path(args.dir), args.png)
+        plot(Path(args.dir), args.png, args.last)
 
 
 if __name__ == "__main__":

@@ -46,6 +46,11 @@ def test_report_pairs_the_arms_by_seed(tmp_path) -> None:
     _write(tmp_path / "concat-seed2.csv", 0.5, 0.5, [0.25, 0.5, 0.5], 100, 1000, 4, 2.0)
     _write(tmp_path / "step-seed2.csv", 0.5, 0.5, [0.5, 0.5, 0.5], 90, 2000, 8, 2.0)
     _write(tmp_path / "step-seed3.csv", 0.5, 1.0, [1.0], 100, 2000, 8, 2.0)  # no concat arm: not paired
+    _write(tmp_path / "concat-seed4.csv", 0.5, 1.0, [1.0], 100, 2000, 8, 2.0)
+    _write(tmp_path / "step-seed4.csv", 0.5, 1.0, [1.0, 1.0], 100, 2000, 8, 2.0)
+    with open(tmp_path / "step-seed4.csv") as fh:  # its last iteration without the final eval: still running
+        lines = fh.read().splitlines()
+    (tmp_path / "step-seed4.csv").write_text("\n".join(lines[:-1]) + "\n")
     text, paired = compare.report(tmp_path, last=2)
     assert paired["seeds"] == [1, 2]
     assert paired["end"]["diffs"] == [0.125, 0.0]
@@ -55,6 +60,7 @@ def test_report_pairs_the_arms_by_seed(tmp_path) -> None:
     assert paired["trained"]["diffs"] == [3000, 3000] and paired["trained"]["se"] == 0
     assert paired["gain_step"]["mean"] == 0.125 and paired["gain_concat"]["mean"] == 0.0625
     assert "   3   step     1        0.500      1.000" in text
+    assert "   4   step     1        0.500        nan" in text
     assert "step - concat, paired by seed (2 seeds: [1, 2]), mean ± SE:" in text
     assert "greedy end: +0.062 ± 0.062   per seed +0.125, +0.000" in text
 
