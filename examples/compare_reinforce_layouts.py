@@ -156,12 +156,15 @@ def plot(folder: Path, png: str, last: int = 3) -> None:
     _, paired = report(folder, last)
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), gridspec_kw={"width_ratios": [1, 1.6]})
     starts = []
+    labels: dict[float, list[int]] = {}  # step's end -> its seeds (one label for equal ends)
     for seed in paired["seeds"]:
         ends = [summary(read(runs[(arm, seed)]), last)["end"] for arm in ARMS]
         starts.append(summary(read(runs[(ARMS[0], seed)]), last)["start"])
         left.plot([0, 1], ends, "-", color="gray", alpha=0.6)
         left.scatter([0, 1], ends, c=[colors[a] for a in ARMS], zorder=3)
-        left.annotate(f"seed {seed}", (1.04, ends[1]), fontsize=8, va="center")
+        labels.setdefault(ends[1], []).append(seed)
+    for y, seeds in labels.items():
+        left.annotate(("seed " if len(seeds) == 1 else "seeds ") + ", ".join(map(str, seeds)), (1.04, y), fontsize=8, va="center")
     if starts:
         left.axhline(sum(starts) / len(starts), ls="--", color="black", alpha=0.5, label="start (the same model)")
         d = paired["end"]
