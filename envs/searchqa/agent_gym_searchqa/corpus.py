@@ -127,14 +127,14 @@ def split_contents(contents: str) -> tuple[str, str]:
     return head.strip().strip('"').strip(), rest.strip()
 
 
-def load_corpus(path: str | os.PathLike[str]) -> list[Passage]:
-    """Passages from a JSONL file of ``{"id", "contents"}`` (optional ``title``).
+def corpus_records(path: str | os.PathLike[str]) -> Iterator[tuple[str, str, Any]]:
+    """``(id, contents, title)`` of each line of a Search-R1 JSONL corpus (``.gz`` too), streamed: nothing
+    but the ids seen is kept. ``title`` is the line's ``title`` field as it is (``None`` without one).
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: a line is not an object, lacks ``id`` or ``contents``, or repeats an id (named).
+        ValueError: a line is not an object, lacks ``id`` or ``contents``, or repeats an id (file and line named).
     """
-    passages: list[Passage] = []
     seen: set[str] = set()
     for number, record in _records(path, "corpus"):
         missing = [k for k in ("id", "contents") if k not in record]
@@ -144,8 +144,20 @@ def load_corpus(path: str | os.PathLike[str]) -> list[Passage]:
         if doc_id in seen:
             raise ValueError(f"{path}:{number}: the doc id {doc_id!r} appears twice; ids must be unique")
         seen.add(doc_id)
-        if record.get("title"):
-            title, text = str(record["title"]).strip(), contents
+        yield doc_id, contents, record.get("title")
+
+
+def load_corpus(path: str | os.PathLike[str]) -> list[Passage]:
+    """Passages from a JSONL file of ``{"id", "contents"}`` (optional ``title``).
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: a line is not an object, lacks ``id`` or ``contents``, or repeats an id (named).
+    """
+    passages: list[Passage] = []
+    for doc_id, contents, raw_title in corpus_records(path):
+        if raw_title:
+            title, text = str(raw_title).strip(), contents
             first, sep, rest = text.partition("\n")
             if sep and first.strip().strip('"') == title:
                 text = rest.strip()  # "Title\nText" with the title given again: keep the text once

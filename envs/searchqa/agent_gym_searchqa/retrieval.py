@@ -124,18 +124,10 @@ def corpus_rows(path: str | os.PathLike[str]) -> Iterator[tuple[str, str]]:
         FileNotFoundError: no such file.
         ValueError: a line that is not an object, lacks ``id`` or ``contents``, or repeats an id (file and line named).
     """
-    from agent_gym_searchqa.corpus import _records
+    from agent_gym_searchqa.corpus import corpus_records
 
-    seen: set[str] = set()
-    for number, record in _records(path, "corpus"):
-        missing = [k for k in ("id", "contents") if k not in record]
-        if missing:
-            raise ValueError(f"{path}:{number}: a corpus line needs the keys id and contents; missing {missing}")
-        doc_id, contents = str(record["id"]), str(record["contents"])
-        if doc_id in seen:
-            raise ValueError(f"{path}:{number}: the doc id {doc_id!r} appears twice; ids must be unique")
-        seen.add(doc_id)
-        title = str(record.get("title") or "").strip()
+    for doc_id, contents, raw_title in corpus_records(path):
+        title = str(raw_title or "").strip()
         if title and contents.partition("\n")[0].strip().strip('"') != title:
             contents = f'"{title}"\n{contents}'
         yield doc_id, contents
