@@ -47,6 +47,7 @@ import torch
 from tqdm import tqdm
 
 import agent_gym  # noqa: F401  (registers the env ids)
+from agent_gym.cli_support import UsageError, parse_env_kwargs
 from agent_gym.rollout import Generation, play_episode
 from agent_gym.rollout.async_runner import run_sync
 from agent_gym.rollout.batcher import Batcher
@@ -93,14 +94,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.group = 1
     args.env_id = ENV_IDS[args.game]
     args.kwargs = {}
-    for item in args.env_kwarg:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            p.error(f"--env-kwarg wants KEY=VALUE, got {item!r}")
-        try:
-            args.kwargs[key] = json.loads(value)
-        except json.JSONDecodeError:
-            args.kwargs[key] = value
+    try:
+        args.kwargs.update(parse_env_kwargs(args.env_kwarg))
+    except UsageError as exc:
+        p.error(str(exc))
     return args
 
 
