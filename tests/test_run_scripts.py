@@ -105,7 +105,8 @@ def test_a_hub_name_as_model_path_is_left_to_verl(tmp_path):
 def _verl_block(text: str) -> list[str]:
     """The README's first command block under "## Training with verl", one command a line."""
     section = text.split("## Training with verl", 1)[1]
-    block = section.split("```bash\n", 1)[1].split("\n```", 1)[0]
+    # the fence carries the doc-block runner's mark after the language: ```bash doctest-args ...
+    block = section.split("```bash", 1)[1].split("\n", 1)[1].split("\n```", 1)[0]
     return [line for line in block.splitlines() if line.strip()]
 
 

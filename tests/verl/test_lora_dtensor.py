@@ -7,6 +7,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
+# the verl adapter's distribution (trainers/verl), installed by .ci/verl.sh's virtualenvs, not the README's
+pytest.importorskip("agent_gym_verl", reason="agent_gym_verl is not installed: pip install -e trainers/verl")
 
 
 @pytest.fixture(scope="module")

@@ -119,12 +119,22 @@ def _run(command: str, cwd: str, timeout_s: float, limit: int):
                     break
             break
     # Every other process of this uid (the command's and whatever it left behind in the background):
-    # kill(-1) reaches exactly those, never this worker, the server or another episode.
+    # kill(-1) reaches exactly those, never this worker, the server or another episode. One pass is
+    # not enough against a fork bomb: a child forked while the kernel walks the process list can be
+    # missed, so kill again until no process of the uid is left (ESRCH; a zombie still counts, so
+    # the command's own shell is reaped first and the orphans are the server's to reap), a bounded
+    # number of times.
     try:
         os.kill(-1, signal.SIGKILL)
     except OSError:
         pass
     status = proc.wait()
+    for _ in range(1000):
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except OSError:  # ESRCH: none left (EPERM cannot happen: only this uid's processes are tried)
+            break
+        time.sleep(0.001)
     proc.stdout.close()
     return (None if timed_out else status), bytes(out), dropped
 

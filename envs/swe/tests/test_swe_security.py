@@ -32,11 +32,13 @@ def sandbox_processes(sandbox) -> int:
     return count
 
 
-def settled(sandbox, sessions: int = 0) -> dict:
-    """The server's counts once the workers of closed sessions are reaped (bounded polling)."""
+def settled(sandbox, sessions: int = 0, idle: int | None = None) -> dict:
+    """The server's counts once the workers of closed sessions are reaped and, given ``idle``, the
+    pre-forked pool is refilled to that size (it refills after the calls go quiet); bounded polling."""
     stats = sandbox.stats()
-    for _ in range(200):
-        if stats["sessions"] == sessions and stats["workers"] == stats["idle"] + sessions and stats["workdirs"] == stats["workers"]:
+    for _ in range(400):
+        if (stats["sessions"] == sessions and stats["workers"] == stats["idle"] + sessions and stats["workdirs"] == stats["workers"]
+                and (idle is None or stats["idle"] == idle) and sandbox_processes(sandbox) == stats["workers"]):
             break
         threading.Event().wait(0.05)
         stats = sandbox.stats()
@@ -173,6 +175,6 @@ def test_64_concurrent_episodes_leave_no_process_or_directory(tokenizer, calc_re
     assert sandbox.stats()["sessions"] == 64
     for env in envs:
         env.close()
-    after = settled(sandbox)
+    after = settled(sandbox, idle=before["idle"])
     assert after["sessions"] == 0 and after["workdirs"] == after["workers"] == after["idle"] == before["idle"]
     assert sandbox_processes(sandbox) == after["workers"]  # the idle pre-forked workers, nothing else
