@@ -542,3 +542,54 @@ def _still_running(processes):
     import psutil
 
     return psutil.wait_procs(processes, timeout=10)[1]
+
+
+@pytest.mark.parametrize("mode", ["concat", "step"])
+def test_agent_program_rows_play_the_program_through_verls_worker(model_dir, verl_tokenizer, tmp_path, mode):
+    """AgentProgram-v0 (the demo: a calculator agent program behind the env's OpenAI-compatible endpoint)
+    under verl's own worker. The row's prompt column is the task's question only; the episode is the
+    program's: its first request (system prompt and tools) is the prompt the worker trains from, the
+    calculator's answer comes back as env ids outside response_mask, and the program's result is graded:
+    seed 0 draws task test-85062, 4 * 41 = 164."""
+    parquet = str(export_env("AgentR1/AgentProgram-v0", "test", tmp_path / "data", mode=mode, limit=1, env_kwargs={"max_turns": 3}))
+    import pandas as pd
+
+    [prompt] = pd.read_parquet(parquet)["prompt"].tolist()
+    assert [dict(m) for m in prompt] == [{"role": "user", "content": "What is 4 * 41?"}]
+    turns = ['<tool_call>\n{"name": "calculate", "arguments": {"expression": "4 * 41"}}\n</tool_call>',
+             "4 * 41 = 164\n#### 164"]
+    actions = [verl_tokenizer.encode(t + "<|im_end|>", add_special_tokens=False) for t in turns]
+    cfg = verl_config(model_dir)
+    if mode == "step":
+        cfg = mark_step_trainer(cfg, samples="step")
+    al._ENV_POOL.clear()
+    server = _TurnsServer(actions)
+    worker = compat.make_agent_loop_worker(cfg, server)
+    out = _run(worker, dataset_batch(cfg, parquet, worker.tokenizer, rows=[0]))
+    assert server.calls == 2
+    [key] = list(al._ENV_POOL)
+    [env] = al._ENV_POOL[key]
+    context = list(env.unwrapped.context.ids)
+    opening = verl_tokenizer.decode(context).split("What is 4 * 41?")[0]  # the program's system prompt and tools
+    assert opening.startswith("<|im_start|>system\nYou are a helpful assistant who is good at arithmetic.")
+    assert '"name": "calculate"' in opening
+    assert out.non_tensor_batch["acc"].tolist() == [1.0] * len(out)
+    if mode == "concat":
+        row = _unpad(out, 0)
+        assert row["prompt"] + row["response"] == context[: len(row["prompt"]) + len(row["response"])]
+        assert sum(row["mask"]) == sum(len(a) for a in actions)  # both actions trained, no env id
+        reply = verl_tokenizer.decode(row["response"][len(actions[0]) : len(row["response"]) - len(actions[1])])
+        assert "<|im_start|>tool\n164<|im_end|>" in reply  # the program's calculator, as env ids
+        assert sum(row["rm_scores"]) == 1.0
+    else:  # one sample per request of the program: each sample's prompt is that request's rendering
+        from agent_gym_verl.step_advantage import expand_step_batch
+
+        assert len(out.non_tensor_batch[al.STEPS_KEY][0]) == 2
+        expanded, _ = expand_step_batch(out, pad_token_id=worker.tokenizer.pad_token_id, pad_to_multiple=1)
+        rows = [_unpad(expanded, k) for k in range(2)]
+        assert [r["response"] for r in rows] == actions and [r["mask"] for r in rows] == [[1] * len(a) for a in actions]
+        for r in rows:  # every request is a prefix of the episode's context (the program appended; no drift)
+            assert context[: len(r["prompt"]) + len(r["response"])] == r["prompt"] + r["response"]
+        assert verl_tokenizer.decode(rows[1]["prompt"][len(rows[0]["prompt"]) + len(actions[0]):]) == "\n<|im_start|>tool\n164<|im_end|>\n<|im_start|>assistant\n"
+        assert [sum(r["rm_scores"]) for r in rows] == [0.0, 1.0]
+    al._ENV_POOL.clear()

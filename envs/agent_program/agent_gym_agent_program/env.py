@@ -179,7 +179,12 @@ class AgentProgramEnv(AgentEnv[dict[str, Any], AgentProgramResetInfo, AgentProgr
         return _load_tasks([task])[0]
 
     def initial_messages(self, task: dict[str, Any]) -> list[dict[str, Any]]:
-        raise NotImplementedError("the program writes the messages of an AgentProgram-v0 episode")
+        """The task as a trainer's dataset row shows it (verl's ``prompt`` column, TRL's): the task's
+        ``prompt`` as one user message (the whole task as JSON where it has none). The program writes
+        the episode's real messages; ``reset`` renders its first request, and the agent loops train on
+        those ids, never on these."""
+        prompt = task.get("prompt")
+        return [{"role": "user", "content": prompt if isinstance(prompt, str) else json.dumps(task, sort_keys=True, default=str)}]
 
     def grade(self, task: dict[str, Any], turn: Turn) -> Grade:
         raise NotImplementedError("AgentProgram-v0 grades the program's result, not a turn")

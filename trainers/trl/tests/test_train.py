@@ -166,6 +166,10 @@ NEW_ENVS = {
     # an answer without a tool call ends the episode: the project's hidden tests grade the unfixed copy
     "AgentR1/SWE-v0": ({"difficulty": "easy", "max_turns": 3}, {"name": "bash", "arguments": {"command": "ls"}},
                        ["I could not find the bug.", "Done."]),
+    # the demo agent program: TRL's prompt column is the task's question, the episode is the program's (its
+    # system prompt, its calculator); its answer is graded on the program's result
+    "AgentR1/AgentProgram-v0": ({"max_turns": 3}, {"name": "calculate", "arguments": {"expression": "2 + 2"}},
+                                ["#### 4", "#### 5"]),
 }
 
 
@@ -191,6 +195,13 @@ def test_two_steps_on_the_catalogue_envs_with_a_scripted_tool_user(tmp_path, tok
             assert t.metadata["truncated_reason"] != "max_completion_tokens"  # the samples hold whole episodes
         env_ids = (record["batch"]["tool_mask"] == 0) & (record["batch"]["completion_mask"] == 1)
         assert int(env_ids.sum(1).min()) > 0  # every sample holds the tool's reply, masked out
+        if env_id == "AgentR1/AgentProgram-v0":
+            for t in record["trajectories"]:
+                tool_turn = tokenizer.decode(t.steps[1].prompt_ids[len(t.steps[0].prompt_ids) + len(t.steps[0].response_ids):])
+                assert tool_turn == "\n<|im_start|>tool\n4<|im_end|>\n<|im_start|>assistant\n"  # the program ran the call
+                answer = tokenizer.decode(t.steps[1].response_ids)
+                expected = t.final_info["expected"]
+                assert t.return_ == float(answer.startswith(f"#### {expected}<"))
         if env_id == "AgentR1/SWE-v0":  # graded by the hidden tests in the sandbox, not by the answer's text
             for t in record["trajectories"]:
                 info = t.final_info
