@@ -27,7 +27,7 @@ import gymnasium as gym
 import agent_gym  # noqa: F401  (registers the envs)
 from agent_gym.models import load_tokenizer
 from agent_gym.rollout import ScriptedPolicy
-from agent_gym.rollout.async_runner import run_episodes_async
+from agent_gym.rollout.async_runner import run_episodes_concurrent
 
 CALL = '<tool_call>\n{"name": "calculate", "arguments": {"expression": "7 * 48"}}\n</tool_call>'
 TASK = {"id": "q", "prompt": "What is 7 * 48?", "answer": "336"}
@@ -41,7 +41,7 @@ def play(make_env, tok, episodes: int, concurrency: int):
     envs = [make_env() for _ in range(concurrency)]
     policy = ScriptedPolicy(tok, script)
     started = time.perf_counter()
-    result = run_episodes_async(envs, policy, episodes=episodes, concurrency=concurrency, max_new_tokens=64,
+    result = run_episodes_concurrent(envs, policy, episodes=episodes, concurrency=concurrency, max_new_tokens=64,
                                 generate_in_thread=False, max_wait_s=0.0005)
     wall = time.perf_counter() - started
     for env in envs:

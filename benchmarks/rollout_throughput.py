@@ -57,7 +57,7 @@ import gymnasium as gym
 
 import agent_gym  # noqa: F401  (registers the envs)
 from agent_gym.cli.main import positive_int
-from agent_gym.rollout.async_runner import run_episodes_async
+from agent_gym.rollout.async_runner import run_episodes_concurrent
 from agent_gym.rollout.policy import Generation
 from agent_gym.rollout.vllm import VLLMPolicy  # (imports vllm only when an engine is built)
 
@@ -189,7 +189,7 @@ def main() -> None:
         gc.freeze()
 
     def env_run(generator: Any, progress: bool) -> Any:
-        return run_episodes_async(envs, generator, episodes=args.episodes, base_seed=args.seed, concurrency=args.concurrency,
+        return run_episodes_concurrent(envs, generator, episodes=args.episodes, base_seed=args.seed, concurrency=args.concurrency,
                                   max_new_tokens=args.max_new_tokens, progress=progress)
 
     def start_run() -> None:

@@ -253,7 +253,7 @@ class Player:
         concurrency = args.concurrency or n
         box: dict[str, Any] = {}
 
-        async def main() -> None:  # (the result goes in a box: see run_episodes_async)
+        async def main() -> None:  # (the result goes in a box: see run_episodes_concurrent)
             box["result"] = await arun_episodes(
                 envs, policy, episodes=n, base_seed=self.first_seed + (repeat + 1) * args.episodes, concurrency=concurrency,
                 max_new_tokens=512, generate_in_thread=False, max_batch_size=concurrency,

@@ -19,10 +19,12 @@ same cards) and normalises the returns within the group, (r - mean) / (std + eps
 does; `rae` is SPIRAL's role-conditioned advantage estimation, the return minus a running mean of that
 role's returns (`RoleBaseline`, decay `--rae-decay`), one game per task.
 
-Before and after training, the greedy policy plays `--eval-games` test-split games in each role against
-`--eval-opponent`, the same games both times (seeds 0..N-1), so the change is paired: the JSON summary
-gives each role's win, draw, loss and illegal-move rates, the paired change in win rate and in mean
-return, each with its standard error.
+Before and after training, the policy plays `--eval-games` test-split games in each role against
+`--eval-opponent` at each `--eval-temperature` (default: greedy only), the same games both times (seeds
+0..N-1), so the change is paired: the JSON summary gives, per temperature, each role's win, draw, loss
+and illegal-move rates, the paired change in win rate and in mean return, each with its standard error.
+The greedy policy can be unchanged where training moved probabilities but no argmax; the sampled one
+(the training temperature) shows what the loss optimised.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from agent_gym.trajectory import Trajectory, TrajectoryWriter
 from agent_gym.rollout.hf import HFPolicy
 from agent_gym.rollout import RoleBaseline, play_selfplay
 from agent_gym_multiagent import ENV_IDS, MultiAgentEnv
+from agent_gym_multiagent.games import GAMES
 
 COLUMNS = ["iteration", "games", "mean_return", "win_rate", "illegal_rate", "loss", "tokens", "seconds"]
 
@@ -77,10 +80,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="sampling temperature of the training games; the loss takes the model's own (T=1) log-probs (default: %(default)s)")
     p.add_argument("--max-new-tokens", type=int, default=16, help="tokens per move at most (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seeds torch sampling and the training games (default: %(default)s)")
-    p.add_argument("--eval-games", type=int, default=256, help="greedy test games, before and after (the same games); 0: none (default: %(default)s)")
-    p.add_argument("--eval-role", default=None, help="the policy's role in the eval games (default: drawn from each game's seed)")
+    p.add_argument("--eval-games", type=int, default=256,
+                   help="test games in each role, before and after (the same games); 0: none (default: %(default)s)")
+    p.add_argument("--eval-role", default=None, help="the policy's only role in the eval games (default: each role in turn)")
     p.add_argument("--env-kwarg", action="append", default=[], metavar="KEY=VALUE",
                    help="an argument of the training games' env, VALUE read as JSON if it parses (repeatable), e.g. legal_move_bonus=0.2")
+    p.add_argument("--eval-temperature", type=float, action="append", default=None, metavar="T",
+                   help="evaluate at this sampling temperature, 0 = greedy (repeatable; default: 0)")
     p.add_argument("--eval-opponent", default="random", choices=["random", "heuristic"], help="(default: %(default)s)")
     p.add_argument("--eval-batch", type=int, default=64, help="games generated together in the eval (default: %(default)s)")
     p.add_argument("--prefix-cache-mb", type=float, default=1024, help="HFPolicy's key/value cache between moves (default: %(default)s)")
@@ -92,6 +98,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.advantage = args.advantage or ("rae" if args.opponent == "self" else "group")
     if args.advantage == "rae" and "--group" not in (argv if argv is not None else sys.argv[1:]):
         args.group = 1
+    args.eval_temperature = args.eval_temperature or [0.0]
+    if any(t < 0 for t in args.eval_temperature):
+        p.error(f"--eval-temperature must be >= 0, got {args.eval_temperature}")
     args.env_id = ENV_IDS[args.game]
     args.kwargs = {}
     try:
@@ -181,21 +190,22 @@ def role_of(t: Trajectory) -> str:
 
 
 def evaluate(player: Player, tok, args) -> list[dict]:
-    """The greedy games on test seeds 0..N-1 against the eval opponent (the role drawn from each seed unless
-    `--eval-role`): the role, outcome and return of each."""
-    kwargs = {"role": args.eval_role} if args.eval_role else {}
-    envs = [gym.make(args.env_id, tokenizer=tok, opponent=args.eval_opponent, split="test", **kwargs)
-            for _ in range(min(args.eval_batch, args.eval_games))]
+    """The games of `player` on test seeds 0..N-1 against the eval opponent, N in each role (in `--eval-role`
+    only, if given): the role, outcome and return of each."""
+    roles = [args.eval_role] if args.eval_role else list(GAMES[args.game].roles)
     games: list[dict] = []
-    try:
-        for start in range(0, args.eval_games, len(envs)):
-            seeds = list(range(start, min(start + len(envs), args.eval_games)))
-            for t in play_games(player, envs[: len(seeds)], seeds):
-                games.append({"seed": t.seed, "role": t.final_info.get("role"), "outcome": t.final_info.get("outcome", ""),
-                              "return": t.final_info.get("reward_components", {}).get("outcome", t.return_)})
-    finally:
-        for env in envs:
-            env.close()
+    for role in roles:
+        envs = [gym.make(args.env_id, tokenizer=tok, opponent=args.eval_opponent, split="test", role=role)
+                for _ in range(min(args.eval_batch, args.eval_games))]
+        try:
+            for start in range(0, args.eval_games, len(envs)):
+                seeds = list(range(start, min(start + len(envs), args.eval_games)))
+                for t in play_games(player, envs[: len(seeds)], seeds):
+                    games.append({"seed": t.seed, "role": t.final_info.get("role"), "outcome": t.final_info.get("outcome", ""),
+                                  "return": t.final_info.get("reward_components", {}).get("outcome", t.return_)})
+        finally:
+            for env in envs:
+                env.close()
     return games
 
 
@@ -233,12 +243,13 @@ def main(argv: list[str] | None = None) -> dict:
                       prefix_cache_mb=args.prefix_cache_mb)
     tok, model = policy.tokenizer, policy.model
     pad = policy.pad_id
-    greedy, sampled = Player(policy, 0.0, args.max_new_tokens), Player(policy, args.temperature, args.max_new_tokens)
+    sampled = Player(policy, args.temperature, args.max_new_tokens)
+    evaluators = {f"{t:g}": Player(policy, t, args.max_new_tokens) for t in args.eval_temperature}
     summary: dict = {"settings": {k: v for k, v in vars(args).items()}, "command": " ".join(sys.argv)}
     started = time.time()
-    before = evaluate(greedy, tok, args) if args.eval_games else []
-    if before:
-        print(f"before: {rates(before)}")
+    before = {t: evaluate(player, tok, args) for t, player in evaluators.items()} if args.eval_games else {}
+    for t, games in before.items():
+        print(f"before, T={t}: {rates(games)}")
     summary["eval_s"] = round(time.time() - started, 1)
     games_per_iteration = args.tasks * args.group
     if args.opponent == "self":
@@ -297,17 +308,19 @@ def main(argv: list[str] | None = None) -> dict:
             env.close()
     summary["train_s"] = round(time.time() - train_started, 1)
     if args.eval_games:
-        after = evaluate(greedy, tok, args)
         summary["eval"] = {}
-        for role in [None, *sorted({g["role"] for g in before})]:
-            b = [g for g in before if role is None or g["role"] == role]
-            a = [g for g in after if role is None or g["role"] == role]
-            win = paired(b, a, lambda g: float(g["outcome"] == "win"))
-            ret = paired(b, a, lambda g: g["return"])
-            summary["eval"][role or "all"] = {"before": rates(b), "after": rates(a), "win_rate_change": win[0], "win_rate_change_se": win[1],
-                                              "return_change": ret[0], "return_change_se": ret[1]}
-            print(f"{role or 'all'}: win rate {rates(b)['win']:.3f} -> {rates(a)['win']:.3f}, paired change {win[0]:+.3f} ± {win[1]:.3f} "
-                  f"(outcome return {ret[0]:+.3f} ± {ret[1]:.3f}; {len(b)} games)")
+        for t, player in evaluators.items():
+            after = evaluate(player, tok, args)
+            summary["eval"][t] = {}
+            for role in [None, *sorted({g["role"] for g in before[t]})]:
+                b = [g for g in before[t] if role is None or g["role"] == role]
+                a = [g for g in after if role is None or g["role"] == role]
+                win = paired(b, a, lambda g: float(g["outcome"] == "win"))
+                ret = paired(b, a, lambda g: g["return"])
+                summary["eval"][t][role or "all"] = {"before": rates(b), "after": rates(a), "win_rate_change": win[0],
+                                                     "win_rate_change_se": win[1], "return_change": ret[0], "return_change_se": ret[1]}
+                print(f"T={t} {role or 'all'}: win rate {rates(b)['win']:.3f} -> {rates(a)['win']:.3f}, paired change {win[0]:+.3f} "
+                      f"± {win[1]:.3f} (outcome return {ret[0]:+.3f} ± {ret[1]:.3f}; {len(b)} games)")
     summary["baseline"] = baseline.values()
     summary["total_s"] = round(time.time() - started, 1)
     os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)

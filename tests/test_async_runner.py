@@ -16,7 +16,7 @@ import agent_gym  # noqa: F401  (registers the envs)
 from agent_gym.chat.template import ChatTemplate
 from agent_gym.core.async_step import astep
 from agent_gym.rollout import Generation
-from agent_gym.rollout.async_runner import arun_episodes, find_astep, run_episodes_async
+from agent_gym.rollout.async_runner import arun_episodes, find_astep, run_episodes_concurrent
 from agent_gym.sandbox.tool import PythonTool
 from agent_gym.tools import HermesParser
 
@@ -81,7 +81,7 @@ def play_one_by_one(env, policy, seed: int):
 def test_200_episodes_match_running_them_one_by_one(tokenizer):
     make = lambda: gym.make("AgentR1/GSM8KTool-v0", tokenizer=tokenizer, split="test", max_turns=4)  # noqa: E731
     policy = ContentPolicy(tokenizer, script)
-    result = run_episodes_async(make, policy, episodes=200, base_seed=1000, concurrency=40, max_new_tokens=512, generate_in_thread=False)
+    result = run_episodes_concurrent(make, policy, episodes=200, base_seed=1000, concurrency=40, max_new_tokens=512, generate_in_thread=False)
     assert len(result.trajectories) == 200
     assert [t.metadata["episode"] for t in result.trajectories] == list(range(200))
     assert all(t.terminated or t.truncated for t in result.trajectories)
@@ -202,10 +202,10 @@ def test_policy_errors_propagate(tokenizer):
     make = lambda: gym.make("AgentR1/GSM8KTool-v0", tokenizer=tokenizer, split="test")  # noqa: E731
     callbacks = list(gc.callbacks)
     with pytest.raises(RuntimeError, match="model crashed"):
-        run_episodes_async(make, Broken(), episodes=4, concurrency=2)
+        run_episodes_concurrent(make, Broken(), episodes=4, concurrency=2)
     assert gc.callbacks == callbacks  # the run's GC timer is gone with it
     with pytest.raises(ValueError, match="pass episodes"):
-        run_episodes_async(make, Broken())
+        run_episodes_concurrent(make, Broken())
 
 
 class CollectingPolicy(ContentPolicy):
@@ -221,7 +221,7 @@ def test_stats_report_the_garbage_collections_of_the_run(tokenizer, no_automatic
     make = lambda: gym.make("AgentR1/GSM8KTool-v0", tokenizer=tokenizer, split="test", max_turns=4)  # noqa: E731
     policy = CollectingPolicy(tokenizer, script)
     callbacks = list(gc.callbacks)
-    result = run_episodes_async(make, policy, episodes=12, concurrency=4, max_new_tokens=512, generate_in_thread=False)
+    result = run_episodes_concurrent(make, policy, episodes=12, concurrency=4, max_new_tokens=512, generate_in_thread=False)
     stats = result.stats
     assert stats["gc_full_collections"] == stats["generate_calls"] == len(policy.calls) > 0
     assert stats["gc_collections"] == [0, 0, stats["generate_calls"]]
@@ -246,7 +246,7 @@ def test_a_cheap_policy_does_not_hold_prompts_back_for_slow_episodes(tokenizer):
     envs = [gym.make("AgentR1/GSM8KTool-v0", tokenizer=tokenizer, split="test"),
             gym.make("AgentR1/GSM8KPython-v0", tokenizer=tokenizer, split="test", sandbox={"prefork": 1})]
     try:
-        result = run_episodes_async(envs, policy, episodes=2, concurrency=2, max_new_tokens=512, max_wait_s=5.0, generate_in_thread=False)
+        result = run_episodes_concurrent(envs, policy, episodes=2, concurrency=2, max_new_tokens=512, max_wait_s=5.0, generate_in_thread=False)
     finally:
         envs[1].close()
     assert [t.num_turns for t in result.trajectories] == [3, 3]
@@ -271,3 +271,36 @@ def test_an_error_of_the_episodes_comes_out_of_run_sync_alone():
         run_sync(fails)
     assert caught.value.__context__ is None and caught.value.__cause__ is None
     assert run_sync(lambda: asyncio.sleep(0, result=7)) == 7
+
+
+def test_a_rollout_config_is_the_same_run_as_its_keyword_arguments(tokenizer):
+    """One RolloutConfig carries a run's settings from a driver to the runner: the config, the config with
+    keyword overrides, and the keywords alone play the same episodes; an unknown setting or a bad value
+    is refused with the field names, before any env is made."""
+    from agent_gym.rollout import RolloutConfig
+
+    make = lambda: gym.make("AgentR1/GSM8KTool-v0", tokenizer=tokenizer, split="test", max_turns=4)  # noqa: E731
+
+    def played(result):
+        return [(t.seed, [s.response_ids for s in t.steps], t.reward) for t in result.trajectories]
+
+    config = RolloutConfig(episodes=12, base_seed=7, concurrency=4, max_new_tokens=512, generate_in_thread=False,
+                           metadata={"run": "a"})
+    by_config = run_episodes_concurrent(make, ContentPolicy(tokenizer, script), config)
+    by_keywords = run_episodes_concurrent(make, ContentPolicy(tokenizer, script), episodes=12, base_seed=7, concurrency=4,
+                                          max_new_tokens=512, generate_in_thread=False, metadata={"run": "a"})
+    assert played(by_config) == played(by_keywords) and [t.seed for t in by_config.trajectories] == list(range(7, 19))
+    assert {t.metadata["run"] for t in by_config.trajectories} == {"a"}
+    shifted = run_episodes_concurrent(make, ContentPolicy(tokenizer, script), config, base_seed=11)
+    assert played(shifted) == played(by_config)[4:] + played(run_episodes_concurrent(
+        make, ContentPolicy(tokenizer, script), config.replace(base_seed=19, episodes=4)))
+    assert config.base_seed == 7  # frozen: the override made a copy
+
+    with pytest.raises(TypeError, match=r"unknown rollout setting\(s\) batch_size; RolloutConfig has: base_seed, concurrency, "):
+        run_episodes_concurrent(make, ContentPolicy(tokenizer, script), episodes=2, batch_size=2)
+    with pytest.raises(ValueError, match=r"RolloutConfig.concurrency must be an int >= 1, got 0"):
+        RolloutConfig(concurrency=0)
+    with pytest.raises(TypeError, match="task_ids must be a sequence of ids, not the string 'test-0'"):
+        RolloutConfig(task_ids="test-0")
+    with pytest.raises(TypeError, match="config must be a RolloutConfig, got dict"):
+        run_episodes_concurrent(make, ContentPolicy(tokenizer, script), {"episodes": 2})

@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -197,3 +198,45 @@ def test_nothing_else_imports_ray():
     code = "import sys, agent_gym, agent_gym.rollout, agent_gym.rollout.ray_pool, agent_gym.cli.main; print('ray' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_ray_env_pools_keep_the_pool_protocol_per_env_kind(pool, tokenizer):
+    """RayEnvPools is the env pool protocol on Ray, as EnvPool is in process: reserve sizes a kind's workers
+    to the episodes a batch plays at once (remade only when too small), lease gives an episode its proxy,
+    and an episode that raises has its env closed in the worker instead of kept."""
+    from agent_gym.rollout.pool import EnvPool, EnvPoolProtocol
+    from agent_gym.rollout.ray_pool import RayEnvPools
+
+    pools = RayEnvPools(num_workers=1, tokenizer=None)
+    assert isinstance(pools, EnvPoolProtocol) and isinstance(EnvPool(), EnvPoolProtocol)
+    try:
+        with pytest.raises(KeyError, match=r"no env workers for AgentR1/GSM8KTool-v0 \{\"split\": \"test\"\}: reserve"):
+            pools.pool(ENV_ID, {"split": "test"})
+        pools.reserve(ENV_ID, {"split": "test"}, 2)
+        first = pools.pool(ENV_ID, {"split": "test"})
+        assert (first.num_workers, first.capacity) == (1, 2)
+        pools.reserve(ENV_ID, {"split": "test"}, 1)
+        assert pools.pool(ENV_ID, {"split": "test"}) is first  # big enough: kept
+        pools.reserve(ENV_ID, {"split": "test"}, 3)
+        grown = pools.pool(ENV_ID, {"split": "test"})
+        assert grown is not first and grown.capacity == 3 and list(pools.pools()) == [(ENV_ID, '{"split": "test"}')]
+
+        def envs_in_worker():
+            return ray.get(grown.actor(0).stats.remote(), timeout=TIMEOUT_S)["envs"]
+
+        assert envs_in_worker() == 1  # the one a worker makes as it starts
+        with pools.lease(ENV_ID, {"split": "test"}) as env:
+            obs, _ = env.reset(options={"task_id": "test-0"})
+        assert envs_in_worker() == 1  # kept for the next episode
+        with pytest.raises(RuntimeError, match="the episode failed"):
+            with pools.lease(ENV_ID, {"split": "test"}) as env:
+                env.reset(options={"task_id": "test-0"})
+                raise RuntimeError("the episode failed")
+        for _ in range(100):  # the release is fire and forget: the worker settles it a moment later
+            if envs_in_worker() == 0:
+                break
+            time.sleep(0.05)
+        assert envs_in_worker() == 0  # closed in the worker: its state is unknown
+    finally:
+        pools.close()
+    assert pools.pools() == {} and ray.is_initialized()  # the Ray it did not start stays up

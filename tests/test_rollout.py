@@ -100,20 +100,20 @@ def test_scripted_three_turn_episode(tokenizer, make_env, tmp_path):
     assert list(read_trajectories(path)) == result.trajectories
 
 
-@pytest.mark.parametrize("runner", ["run_episodes", "run_episodes_async"])
+@pytest.mark.parametrize("runner", ["run_episodes", "run_episodes_concurrent"])
 def test_runners_read_the_env_id_without_copying_the_spec(tokenizer, make_env, monkeypatch, runner):
     """A wrapper's ``spec`` deep-copies the spec with its kwargs on first access (with a tokenizer
     among them: about 0.25 s per env). The runners read the id from the unwrapped env instead."""
     import gymnasium.core
     import gymnasium.wrappers.common
 
-    from agent_gym.rollout.async_runner import run_episodes_async
+    from agent_gym.rollout.async_runner import run_episodes_concurrent
 
     copies: list[object] = []
     monkeypatch.setattr(gymnasium.wrappers.common, "deepcopy", lambda obj, memo=None: copies.append(obj) or obj)
     monkeypatch.setattr(gymnasium.core, "deepcopy", lambda obj, memo=None: copies.append(obj) or obj)
     env = make_env()
-    run = {"run_episodes": run_episodes, "run_episodes_async": run_episodes_async}[runner]
+    run = {"run_episodes": run_episodes, "run_episodes_concurrent": run_episodes_concurrent}[runner]
     result = run([env], ScriptedPolicy(tokenizer, janet_script), task_ids=["test-0"], progress=False)
     [traj] = result.trajectories
     assert (traj.env_id, traj.reward) == (ENV_ID, 1.0)

@@ -28,7 +28,7 @@ import agent_gym  # noqa: F401
 from agent_gym.chat.template import ChatTemplate
 from agent_gym.cli.main import main
 from agent_gym.models import DEFAULT_MODEL
-from agent_gym.rollout.async_runner import run_episodes_async
+from agent_gym.rollout.async_runner import run_episodes_concurrent
 from agent_gym.rollout.vllm import VLLMPolicy, completion_to_generation
 
 
@@ -253,7 +253,7 @@ def test_async_runner_plays_gsm8k_tool_through_the_policy(fake_vllm, tokenizer):
 
     engine = FakeEngine(reply=reply)
     with VLLMPolicy("smollm2", tokenizer=tokenizer, engine=engine) as policy:
-        result = run_episodes_async(lambda: gym.make("AgentR1/GSM8KTool-v0", tokenizer=tokenizer, split="test"),
+        result = run_episodes_concurrent(lambda: gym.make("AgentR1/GSM8KTool-v0", tokenizer=tokenizer, split="test"),
                                     policy, episodes=1, concurrency=1, max_new_tokens=256)
     (trajectory,) = result.trajectories
     assert [s.response_ids for s in trajectory.steps] == [call, final]

@@ -623,14 +623,14 @@ def _eval_runner(
 ) -> tuple[Any, Callable[[Any], Any]]:
     """The policy of ``--backend`` and the call that plays the episodes with it, given a trajectory writer."""
     if args.backend == "vllm":
-        from agent_gym.rollout.async_runner import run_episodes_async
+        from agent_gym.rollout.async_runner import run_episodes_concurrent
         from agent_gym.rollout.vllm import VLLMPolicy
 
         vllm_policy = user_errors(
             lambda: VLLMPolicy(args.model, tokenizer=tokenizer, temperature=args.temperature, seed=args.seed,
                                gpu_memory_utilization=args.gpu_memory_utilization, stop_ids=stop_ids)
         )
-        return vllm_policy, lambda writer: run_episodes_async(envs, vllm_policy, concurrency=slots, writer=writer, **common)
+        return vllm_policy, lambda writer: run_episodes_concurrent(envs, vllm_policy, concurrency=slots, writer=writer, **common)
     from agent_gym.models import cache_dir
     from agent_gym.rollout import HFPolicy, run_episodes
 

@@ -1,8 +1,9 @@
 """Rollouts: policies that generate token ids, the episode engine, and drivers that play many episodes.
 
 :func:`play_episode` plays one episode of any env against any async generate function; the batched
-driver :func:`run_episodes`, the async runner, :func:`play_selfplay` (each role of a multi-agent game)
-and every trainer adapter call it.
+driver :func:`run_episodes` (lockstep rounds), :func:`run_episodes_concurrent` / :func:`arun_episodes`
+(episodes in flight on an event loop, for server engines), :func:`play_selfplay` (each role of a
+multi-agent game) and every trainer adapter call it. The drivers' settings are one :class:`RolloutConfig`.
 
 ``import agent_gym.rollout`` does not import torch: :class:`HFPolicy` (transformers) is resolved
 on first access.
@@ -23,7 +24,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from agent_gym.rollout.async_runner import arun_episodes, run_episodes_concurrent
 from agent_gym.rollout.batcher import Batcher
+from agent_gym.rollout.config import RolloutConfig
 from agent_gym.rollout.driver import RolloutResult, run_episodes
 from agent_gym.rollout.episode import EndEpisode, play_episode
 from agent_gym.rollout.policy import AsyncPolicy, Generation, Policy, ScriptedPolicy
@@ -40,12 +43,15 @@ __all__ = [
     "HFPolicy",
     "Policy",
     "RoleBaseline",
+    "RolloutConfig",
     "RolloutResult",
     "ScriptedPolicy",
+    "arun_episodes",
     "play_episode",
     "play_selfplay",
     "play_tree",
     "run_episodes",
+    "run_episodes_concurrent",
     "tree_advantages",
 ]
 

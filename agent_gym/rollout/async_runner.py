@@ -1,7 +1,8 @@
 """Keep hundreds of episodes in flight in one process: one coroutine per episode, batched generation.
 
-:func:`arun_episodes` runs ``concurrency`` workers on one event loop; each owns an env and plays
-episodes one after another (episode ``i`` is reset with ``seed=base_seed + i``, like
+:func:`arun_episodes` (:func:`run_episodes_concurrent` from synchronous code) runs ``concurrency``
+workers on one event loop, with the settings of one :class:`~agent_gym.rollout.config.RolloutConfig`.
+Each worker owns an env and plays episodes one after another (episode ``i`` is reset with ``seed=base_seed + i``, like
 :func:`agent_gym.rollout.run_episodes`). An episode alternates two waits:
 
 - **generation**: its prompt goes to the :class:`~agent_gym.rollout.batcher.Batcher`, which collects the prompts of every episode
@@ -18,8 +19,8 @@ episodes one after another (episode ``i`` is reset with ``seed=base_seed + i``, 
 
 Example::
 
-    result = run_episodes_async(lambda: gym.make("AgentR1/GSM8KPython-v0", tokenizer=tok),
-                                policy, episodes=512, concurrency=512, max_new_tokens=256)
+    config = RolloutConfig(episodes=512, concurrency=512, max_new_tokens=256)
+    result = run_episodes_concurrent(lambda: gym.make("AgentR1/GSM8KPython-v0", tokenizer=tok), policy, config)
     print(result.summary(), result.stats)
 """
 
@@ -31,16 +32,17 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence, TypeGuard
+from typing import Any, Callable, Sequence, TypeGuard
 
 from agent_gym.rollout.batcher import Batcher
+from agent_gym.rollout.config import RolloutConfig
 from agent_gym.rollout.episode import env_id_of, play_episode
 from agent_gym.rollout.gc_timer import GCTimer
 from agent_gym.rollout.policy import Generation
 from agent_gym.rollout.progress import RolloutResult, TurnEstimate, plan_episodes, progress_bar
 from agent_gym.trajectory import StepRecord, Trajectory, TrajectoryWriter
 
-__all__ = ["AsyncRolloutResult", "arun_episodes", "find_astep", "run_episodes_async", "run_sync"]
+__all__ = ["AsyncRolloutResult", "RolloutConfig", "arun_episodes", "find_astep", "run_episodes_concurrent", "run_sync"]
 
 @dataclass
 class AsyncRolloutResult(RolloutResult):
@@ -66,24 +68,12 @@ def find_astep(env: Any) -> Callable[..., Any] | None:
 async def arun_episodes(
     envs: Any,
     policy: Any,
+    config: RolloutConfig | None = None,
     *,
-    episodes: int | None = None,
-    base_seed: int = 0,
-    seeds: Sequence[int] | None = None,
-    task_ids: Sequence[str] | None = None,
-    max_new_tokens: int = 512,
-    concurrency: int = 256,
-    max_batch_size: int = 256,
-    max_wait_s: float = 0.002,
-    generate_in_thread: bool = True,
-    use_agenerate: bool | None = None,
-    lockstep: bool = False,
     writer: TrajectoryWriter | None = None,
-    env_id: str | None = None,
-    metadata: Mapping[str, Any] | None = None,
-    progress: bool = False,
+    **options: Any,
 ) -> AsyncRolloutResult:
-    """Play ``episodes`` episodes with up to ``concurrency`` in flight on the running event loop.
+    """Play ``config.episodes`` episodes with up to ``config.concurrency`` in flight on the running event loop.
 
     Each episode is one :func:`~agent_gym.rollout.episode.play_episode` call whose generate function
     hands the prompt to the :class:`~agent_gym.rollout.batcher.Batcher` (or awaits ``policy.agenerate``).
@@ -92,62 +82,43 @@ async def arun_episodes(
         envs: an env factory (zero-argument callable), called once per worker; or a sequence of envs
             or factories, one per worker (at most ``concurrency`` used).
         policy: a :class:`~agent_gym.rollout.Policy` (``generate``), optionally with ``agenerate``.
-        episodes: how many episodes to play; default ``len(task_ids)``.
-        base_seed / seeds / task_ids: as in :func:`agent_gym.rollout.run_episodes`.
-        max_new_tokens: the generation limit of each turn.
-        concurrency: episodes in flight at once (one env each).
-        max_batch_size: most prompts per ``generate`` call.
-        max_wait_s: how long a batch may wait for more prompts while some episodes are still stepping;
-            it waits no longer than the previous ``generate`` call took.
-        generate_in_thread: call ``generate`` in a worker thread (keep ``True`` for real models; a
-            scripted policy is cheaper inline).
-        use_agenerate: await ``policy.agenerate`` per episode instead of batching; default: when the
-            policy has it.
-        lockstep: batch in rounds: a batch waits until every worker (one per slot) has its prompt in,
-            a worker between two episodes included, and lists the prompts in slot order (what
-            :func:`agent_gym.rollout.run_episodes` does: the same batches on every run).
+        config: the run's settings (:class:`~agent_gym.rollout.config.RolloutConfig`); default: its defaults.
         writer: each trajectory is written here (off the loop) as soon as its episode ends.
-        env_id: recorded in trajectories; default: the env's ``spec.id`` (else its class name).
-        metadata: extra entries for every trajectory's ``metadata``.
-        progress: show a tqdm bar on stderr; before every batch it also shows the turns generated,
-            generated tokens per second and the accuracy of the episodes finished so far. Its time
-            left comes from the turns played (:class:`~agent_gym.rollout.progress.TurnEstimate`).
+        **options: :class:`~agent_gym.rollout.config.RolloutConfig` fields, applied over ``config``
+            (``episodes=512, concurrency=128``): an unknown name is a ``TypeError`` that lists the fields.
 
     Returns:
         :class:`AsyncRolloutResult`: trajectories in episode order (``metadata`` has ``episode``,
         ``worker`` and what :func:`~agent_gym.rollout.episode.play_episode` records) and ``stats``.
     """
-    episodes, task_ids = plan_episodes(episodes, task_ids, seeds)
-    if concurrency < 1 or max_batch_size < 1:
-        raise ValueError("concurrency and max_batch_size must be >= 1")
+    config = RolloutConfig.of(config, options)
+    episodes, task_ids = plan_episodes(config.episodes, config.task_ids, config.seeds)
     if isinstance(envs, Sequence) and not isinstance(envs, (str, bytes)):
         if episodes and not envs:
             raise ValueError("envs is empty")
-        slots: list[Any] = list(envs)[: min(concurrency, episodes)]
+        slots: list[Any] = list(envs)[: min(config.concurrency, episodes)]
     else:
-        slots = [envs] * min(concurrency, episodes)
+        slots = [envs] * min(config.concurrency, episodes)
+    use_agenerate = config.use_agenerate
     if use_agenerate is None:
         use_agenerate = callable(getattr(policy, "agenerate", None))
     run = _Run(
         slots,
         policy,
+        config,
         episodes=episodes,
-        seeds=seeds if seeds is not None else [base_seed + i for i in range(episodes)],
+        seeds=config.seeds if config.seeds is not None else [config.base_seed + i for i in range(episodes)],
         task_ids=task_ids,
-        max_new_tokens=max_new_tokens,
         use_agenerate=use_agenerate,
         writer=writer,
-        env_id=env_id,
-        metadata=dict(metadata or {}),
-        progress=progress,
     )
     run.batcher = Batcher(
-        lambda prompts: policy.generate(prompts, max_new_tokens=max_new_tokens),
-        max_batch_size=max_batch_size,
-        max_wait_s=max_wait_s,
-        in_thread=generate_in_thread,
-        lockstep=lockstep,
-        live=len(slots) if lockstep else 0,  # rounds wait for every slot, a slot between episodes too
+        lambda prompts: policy.generate(prompts, max_new_tokens=config.max_new_tokens),
+        max_batch_size=config.max_batch_size,
+        max_wait_s=config.max_wait_s,
+        in_thread=config.generate_in_thread,
+        lockstep=config.lockstep,
+        live=len(slots) if config.lockstep else 0,  # rounds wait for every slot, a slot between episodes too
         on_batch=run.before_batch,
     )
     return await run.play_all()
@@ -160,21 +131,18 @@ class _Run:
         self,
         slots: list[Any],
         policy: Any,
+        config: RolloutConfig,
         *,
         episodes: int,
         seeds: Sequence[int],
         task_ids: Sequence[str] | None,
-        max_new_tokens: int,
         use_agenerate: bool,
         writer: TrajectoryWriter | None,
-        env_id: str | None,
-        metadata: dict[str, Any],
-        progress: bool,
     ):
         self.slots, self.policy, self.episodes = slots, policy, episodes
-        self.seeds, self.task_ids, self.max_new_tokens = seeds, task_ids, max_new_tokens
-        self.use_agenerate, self.writer, self.env_id, self.metadata = use_agenerate, writer, env_id, metadata
-        self.progress = progress
+        self.seeds, self.task_ids, self.max_new_tokens = seeds, task_ids, config.max_new_tokens
+        self.use_agenerate, self.writer, self.env_id = use_agenerate, writer, config.env_id
+        self.metadata, self.progress = dict(config.metadata), config.progress
         self.batcher: Batcher  # set by arun_episodes: its on_batch is this run's before_batch
         self.run_id = uuid.uuid4().hex[:8]
         self.finished: list[Trajectory] = []
@@ -184,7 +152,7 @@ class _Run:
         self.reset_s = 0.0
         self.write_lock = asyncio.Lock()
         self.estimate = TurnEstimate(episodes)
-        self.bar = progress_bar(episodes, progress, self.estimate)
+        self.bar = progress_bar(episodes, self.progress, self.estimate)
         self.started = time.perf_counter()
 
     # -- progress ------------------------------------------------------------------------------------
@@ -378,9 +346,17 @@ def _run_on_new_loop(make_coroutine: Callable[[], Any]) -> Any:
             loop.close()
 
 
-def run_episodes_async(*args: Any, **kwargs: Any) -> AsyncRolloutResult:
-    """Synchronous :func:`arun_episodes` (same arguments), through :func:`run_sync`."""
-    return run_sync(lambda: arun_episodes(*args, **kwargs))
+def run_episodes_concurrent(
+    envs: Any,
+    policy: Any,
+    config: RolloutConfig | None = None,
+    *,
+    writer: TrajectoryWriter | None = None,
+    **options: Any,
+) -> AsyncRolloutResult:
+    """:func:`arun_episodes` from synchronous code (same arguments): a blocking call that keeps
+    ``concurrency`` episodes in flight on an event loop of its own (:func:`run_sync`)."""
+    return run_sync(lambda: arun_episodes(envs, policy, config, writer=writer, **options))
 
 
 def _is_factory(obj: Any) -> TypeGuard[Callable[[], Any]]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence, Union
 
+from agent_gym.rollout.config import RolloutConfig
 from agent_gym.rollout.episode import env_id_of
 from agent_gym.rollout.policy import Policy
 from agent_gym.rollout.progress import RolloutResult, plan_episodes
@@ -73,26 +74,22 @@ def run_episodes(
     slot_envs = _make_slots(envs, min(batch_size, episodes))
     if env_id is None and slot_envs:
         env_id = env_id_of(slot_envs[0])
-    result = run_sync(
-        lambda: arun_episodes(
-            slot_envs,
-            policy,
-            episodes=episodes,
-            base_seed=base_seed,
-            seeds=seeds,
-            task_ids=task_ids,
-            max_new_tokens=max_new_tokens,
-            concurrency=len(slot_envs) or 1,
-            max_batch_size=batch_size,
-            generate_in_thread=False,
-            use_agenerate=False,
-            lockstep=True,
-            writer=writer,
-            env_id=env_id,
-            metadata=metadata,
-            progress=progress,
-        )
+    config = RolloutConfig(
+        episodes=episodes,
+        base_seed=base_seed,
+        seeds=seeds,
+        task_ids=task_ids,
+        max_new_tokens=max_new_tokens,
+        concurrency=len(slot_envs) or 1,
+        max_batch_size=batch_size,
+        generate_in_thread=False,
+        use_agenerate=False,
+        lockstep=True,
+        env_id=env_id,
+        metadata=metadata or {},
+        progress=progress,
     )
+    result = run_sync(lambda: arun_episodes(slot_envs, policy, config, writer=writer))
     return RolloutResult(
         trajectories=result.trajectories, generated_tokens=result.generated_tokens, wall_seconds=result.wall_seconds
     )

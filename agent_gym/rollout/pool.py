@@ -7,7 +7,9 @@ arguments, tokenizer), and hands one back to the next episode of that kind. The 
 the TRL rollout both take their envs from it.
 
 An env whose episode failed is in an unknown state: :meth:`EnvPool.lease` closes it instead of keeping
-it. Example::
+it. :class:`EnvPoolProtocol` is what a rollout needs of a pool (``reserve``, ``lease``, ``close``);
+:class:`EnvPool` is its in-process implementation, :class:`agent_gym.rollout.ray_pool.RayEnvPools` the one
+whose envs live in Ray workers, and the TRL adapter takes either. Example::
 
     pool = EnvPool(tokenizer)
     with pool.lease("AgentR1/GSM8KTool-v0", {"split": "train"}) as env:
@@ -21,11 +23,33 @@ import contextlib
 import json
 import threading
 from collections import defaultdict
-from typing import Any, Iterator, Mapping, NamedTuple
+from typing import Any, ContextManager, Iterator, Mapping, NamedTuple, Protocol, runtime_checkable
 
 from agent_gym.core.make import make_env
 
-__all__ = ["EnvPool", "PoolKey"]
+__all__ = ["EnvPool", "EnvPoolProtocol", "PoolKey"]
+
+
+@runtime_checkable
+class EnvPoolProtocol(Protocol):
+    """Where a rollout takes the env of each episode from, in process or in remote workers.
+
+    A batch's episodes play at once: :meth:`reserve` says how many of one kind (env id and arguments)
+    it holds before they start, :meth:`lease` gives one episode its env (back to the pool when the block
+    ends, closed when it raises), :meth:`close` ends what the pool holds.
+    """
+
+    def reserve(self, env_id: str, kwargs: Mapping[str, Any] | None, episodes: int) -> None:
+        """Make room for ``episodes`` episodes of this kind at once."""
+        ...
+
+    def lease(self, env_id: str, kwargs: Mapping[str, Any] | None = None) -> ContextManager[Any]:
+        """The env of one episode of this kind."""
+        ...
+
+    def close(self) -> None:
+        """Close the idle envs (or end the workers)."""
+        ...
 
 
 class PoolKey(NamedTuple):
@@ -90,6 +114,9 @@ class EnvPool:
                 idle.append(env)
                 return
         env.close()
+
+    def reserve(self, env_id: str, kwargs: Mapping[str, Any] | None, episodes: int) -> None:
+        """Nothing to do in process: :meth:`acquire` makes an env whenever none of its kind is idle."""
 
     @contextlib.contextmanager
     def lease(self, env_id: str, kwargs: Mapping[str, Any] | None = None, *, tokenizer: Any = None) -> Iterator[Any]:

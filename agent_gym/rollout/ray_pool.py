@@ -27,7 +27,7 @@ made. Example::
     import ray
     ray.init()                                  # or ray.init(address="auto") on a cluster
     with RayEnvPool("AgentR1/GSM8KPython-v0", num_workers=8, env_kwargs={"split": "train"}) as pool:
-        result = run_episodes_async(pool.make_env, policy, episodes=1024, concurrency=pool.capacity)
+        result = run_episodes_concurrent(pool.make_env, policy, episodes=1024, concurrency=pool.capacity)
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
 import os
 import threading
 import uuid
@@ -46,7 +47,7 @@ from typing import Any, Iterator, Mapping
 import gymnasium as gym
 import numpy as np
 
-__all__ = ["EnvWorker", "EnvWorkerDied", "EnvWorkerError", "RayEnv", "RayEnvPool", "TokenizerName", "import_ray"]
+__all__ = ["EnvWorker", "EnvWorkerDied", "EnvWorkerError", "RayEnv", "RayEnvPool", "RayEnvPools", "TokenizerName", "import_ray"]
 
 INSTALL_HINT = 'pip install "agent-r1-gym[ray]"'
 
@@ -614,6 +615,108 @@ class RayEnvPool:
             lease.worker.actor.release.remote(lease.id, discard)  # fire and forget: the worker settles it
 
 
+class RayEnvPools:
+    """The env pool protocol (:class:`~agent_gym.rollout.pool.EnvPoolProtocol`) on Ray: a
+    :class:`RayEnvPool` per env id and arguments, made when :meth:`reserve` first names that kind.
+
+    A trainer's batch plays its episodes at once, and an episode that waits for an env slot stalls the
+    batch's round of generation; :meth:`reserve` therefore sizes each kind's pool to the episodes of
+    that kind the batch holds (``num_workers`` workers, ``envs_per_worker`` each, or as many as needed
+    when that is ``None``), and remakes a pool that is too small.
+
+    Args:
+        num_workers: worker actors per kind of env.
+        tokenizer: a tokenizer name or path every worker loads (``None``: the default model's).
+        envs_per_worker: env slots per worker; ``None``: ``ceil(episodes / num_workers)`` of the largest
+            reservation so far.
+        ray_address: where :meth:`reserve` connects if Ray is not running (``None``: a local cluster, or
+            ``RAY_ADDRESS``); the Ray it starts is shut down by :meth:`close`.
+        worker_options: Ray actor options of every worker (see :class:`RayEnvPool`).
+    """
+
+    def __init__(
+        self,
+        *,
+        num_workers: int = 2,
+        tokenizer: str | os.PathLike[str] | None = None,
+        envs_per_worker: int | None = None,
+        ray_address: str | None = None,
+        worker_options: Mapping[str, Any] | None = None,
+    ):
+        if num_workers < 1 or (envs_per_worker is not None and envs_per_worker < 1):
+            raise ValueError(f"num_workers and envs_per_worker must be >= 1, got {num_workers} and {envs_per_worker}")
+        self.num_workers, self.envs_per_worker = num_workers, envs_per_worker
+        self.tokenizer = None if tokenizer is None else os.fspath(tokenizer)
+        self.ray_address, self.worker_options = ray_address, dict(worker_options or {})
+        self._pools: dict[tuple[str, str], RayEnvPool] = {}
+        self._started_ray = False
+
+    @staticmethod
+    def key(env_id: str, kwargs: Mapping[str, Any] | None) -> tuple[str, str]:
+        """A kind of env: its id and its arguments as sorted JSON."""
+        return env_id, json.dumps(dict(kwargs or {}), sort_keys=True)
+
+    def reserve(self, env_id: str, kwargs: Mapping[str, Any] | None, episodes: int) -> None:
+        """Make room for ``episodes`` episodes of this kind at once (start, or remake, its workers).
+
+        Raises:
+            ValueError: a fixed ``envs_per_worker`` holds fewer (the message gives the value that fits).
+        """
+        key = self.key(env_id, kwargs)
+        pool = self._pools.get(key)
+        if pool is not None and pool.capacity >= episodes:
+            return
+        if self.envs_per_worker is not None and self.num_workers * self.envs_per_worker < episodes:
+            raise ValueError(
+                f"a batch has {episodes} episodes of {key[0]} {key[1]}, which play at once, and env_workers="
+                f"{self.num_workers} x envs_per_worker={self.envs_per_worker} hold {self.num_workers * self.envs_per_worker}: "
+                f"raise envs_per_worker to {-(-episodes // self.num_workers)} (or leave it None: sized to the batch)"
+            )
+        ray = import_ray()
+        if not ray.is_initialized():
+            ray.init(address=self.ray_address)
+            self._started_ray = True
+        if pool is not None:
+            del self._pools[key]
+            pool.close()
+        self._pools[key] = RayEnvPool(
+            env_id, num_workers=self.num_workers, env_kwargs=json.loads(key[1]), tokenizer=self.tokenizer,
+            envs_per_worker=self.envs_per_worker or -(-episodes // self.num_workers), worker_options=self.worker_options,
+        )
+
+    def pools(self) -> dict[tuple[str, str], RayEnvPool]:
+        """Every kind's workers so far, by :meth:`key` (a copy)."""
+        return dict(self._pools)
+
+    def pool(self, env_id: str, kwargs: Mapping[str, Any] | None = None) -> RayEnvPool:
+        """The workers of this kind (reserved before)."""
+        key = self.key(env_id, kwargs)
+        if key not in self._pools:
+            raise KeyError(f"no env workers for {key[0]} {key[1]}: reserve(env_id, kwargs, episodes) first")
+        return self._pools[key]
+
+    @contextlib.contextmanager
+    def lease(self, env_id: str, kwargs: Mapping[str, Any] | None = None) -> Iterator[RayEnv]:
+        """A :class:`RayEnv` proxy for one episode: its env goes back to its worker when the block ends, and
+        is closed there when the block raises (its state is unknown)."""
+        env = self.pool(env_id, kwargs).env()
+        try:
+            yield env
+        except BaseException:
+            env.close(discard=True)
+            raise
+        env.close()
+
+    def close(self) -> None:
+        """End every kind's workers, and the Ray that :meth:`reserve` started, if it did."""
+        pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            pool.close()
+        if self._started_ray:
+            self._started_ray = False
+            import_ray().shutdown()
+
+
 def _awaitable(ref: Any) -> Any:
     """A Ray object ref as an awaitable for ``asyncio.wait_for`` (which wants a coroutine or future)."""
 
@@ -709,9 +812,12 @@ class RayEnv(gym.Env):
             result = await _CallBatch.call(lease.worker, "step", lease.id, action)
         return self._stepped(result)
 
-    def close(self) -> None:
-        """Give back the env of an unfinished episode (its worker keeps it for another). Idempotent."""
+    def close(self, discard: bool = False) -> None:
+        """Give back the env of an unfinished episode: its worker keeps it for another, or closes it with
+        ``discard=True`` (an episode that failed leaves it in an unknown state). Idempotent."""
         self._closed = True
+        if discard and self._finalizer.detach() is not None:
+            self.pool._drop(self._holder, discard=True)
         self._finalizer()
 
     async def aclose(self) -> None:

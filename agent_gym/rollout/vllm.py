@@ -3,7 +3,7 @@
 :class:`VLLMPolicy` implements both halves of the policy interface:
 
 - ``await policy.agenerate(prompt_ids, max_new_tokens=...)``: one request, for the async runner
-  (:func:`agent_gym.rollout.async_runner.run_episodes_async` awaits it per episode, so hundreds of
+  (:func:`agent_gym.rollout.async_runner.run_episodes_concurrent` awaits it per episode, so hundreds of
   episodes stay in flight and vLLM's continuous batching, not a turn barrier, decides what runs);
 - ``policy.generate(prompts, max_new_tokens=...)``: a batch, for the synchronous driver.
 
@@ -29,7 +29,7 @@ range it raises :class:`UnsupportedVLLM` naming the range and the ``pip install`
 Example (on a GPU machine)::
 
     policy = VLLMPolicy("/models/SmolLM2-135M-Instruct", temperature=1.0, gpu_memory_utilization=0.5)
-    result = run_episodes_async(lambda: gym.make("AgentR1/GSM8KTool-v0", tokenizer=policy.tokenizer),
+    result = run_episodes_concurrent(lambda: gym.make("AgentR1/GSM8KTool-v0", tokenizer=policy.tokenizer),
                                 policy, episodes=512, concurrency=512, max_new_tokens=256)
     policy.close()
 """

@@ -17,7 +17,7 @@ import pytest
 
 import agent_gym
 from agent_gym.rollout import Generation, ScriptedPolicy, play_episode
-from agent_gym.rollout.async_runner import run_episodes_async
+from agent_gym.rollout.async_runner import run_episodes_concurrent
 from agent_gym_agent_program.demo import SYSTEM_PROMPT
 from agent_gym_agent_program.env import ProgramError
 
@@ -214,7 +214,7 @@ def test_64_programs_in_flight(tokenizer):
         return CALL.format("6 * 7") if turn == 1 else "#### 42"
 
     policy = ScriptedPolicy(tokenizer, script)
-    result = run_episodes_async(lambda: gym.make(ENV_ID, tokenizer=tokenizer, tasks=[{"id": "q", "prompt": "What is 6 * 7?", "answer": "42"}]),
+    result = run_episodes_concurrent(lambda: gym.make(ENV_ID, tokenizer=tokenizer, tasks=[{"id": "q", "prompt": "What is 6 * 7?", "answer": "42"}]),
                                 policy, episodes=64, concurrency=64, max_new_tokens=64, generate_in_thread=False)
     assert result.stats["max_in_flight"] == 64
     assert [t.reward for t in result.trajectories] == [1.0] * 64

@@ -36,8 +36,9 @@ Requires an env that appends to its context (every env but the games with ``cont
 Two options change where and how the episodes are played (the samples keep the format above):
 
 - ``EnvRollout(env_workers=N)``: the envs live in Ray worker processes
-  (:class:`agent_gym.rollout.ray_pool.RayEnvPool`, one pool per distinct env id and arguments of the
-  rows), generation stays in the trainer. The samples are those of envs in process.
+  (:class:`agent_gym.rollout.ray_pool.RayEnvPools`, the env pool protocol on Ray: a
+  :class:`~agent_gym.rollout.ray_pool.RayEnvPool` per distinct env id and arguments of the rows),
+  generation stays in the trainer. The samples are those of envs in process.
 - ``EnvRollout(tree="entropy" | "random" | K)``: per-state GRPO groups. Each group of ``num_generations``
   prompts of one row plays one tree (:func:`agent_gym.rollout.tree.play_tree`): one episode (the root),
   then ``num_generations - 1`` branches from the env's state before one step ``k`` of the root. Each of
@@ -60,11 +61,10 @@ from typing import TYPE_CHECKING, Any, Callable, Coroutine, Literal, Sequence
 from agent_gym.rollout.batcher import Batcher
 from agent_gym.rollout.episode import EndEpisode, play_episode
 from agent_gym.rollout.policy import Generation
-from agent_gym.rollout.pool import EnvPool, PoolKey
+from agent_gym.rollout.pool import EnvPool, EnvPoolProtocol, PoolKey
 from agent_gym.trajectory import StepRecord, Trajectory
 
 if TYPE_CHECKING:
-    from agent_gym.rollout.ray_pool import RayEnvPool
     from agent_gym.rollout.tree import TreeStats
 
 from agent_gym_trl import private
@@ -122,8 +122,8 @@ class EnvRollout:
             state is in its worker); with ``tree`` it is called once per tree, for each of its
             trajectories, with the root's env for the root and ``None`` for the branches.
         env_workers: play the envs in this many Ray worker processes per distinct env id and arguments of
-            the rows (:class:`~agent_gym.rollout.ray_pool.RayEnvPool`, made at the first call that needs
-            it, closed by :meth:`close`); generation stays in the trainer. The workers load the tokenizer
+            the rows (:class:`~agent_gym.rollout.ray_pool.RayEnvPools`, the same pool protocol as the
+            in-process :class:`~agent_gym.rollout.pool.EnvPool`; made at the first call, closed by :meth:`close`); generation stays in the trainer. The workers load the tokenizer
             by name: ``tokenizer`` when it is a name or path, else the trainer's tokenizer's
             ``name_or_path``, which must load the same tokenizer. Starts a local Ray (``ray.init()``) unless
             Ray is running or ``ray_address`` (or ``RAY_ADDRESS``) names a cluster.
@@ -206,12 +206,11 @@ class EnvRollout:
         self.ray_address = ray_address
         self.tree = tree
         self.last_trajectories: list[Trajectory] = []
-        self._pool = EnvPool()  # idle envs, reused across calls (made with the trainer's tokenizer)
+        self._pool = EnvPool()  # idle envs, reused across calls (made with the trainer's tokenizer); trees fork from it
         self._tokenizer: Any = None
         self._warned_stop = False
-        self._ray_pools: dict[tuple[str, str], RayEnvPool] = {}  # (env id, kwargs JSON) -> its workers
-        self._worker_tokenizer: str | None = None
-        self._started_ray = False
+        # where the episodes' envs come from: this process's pool, or (env_workers) Ray workers per env kind
+        self._envs: EnvPoolProtocol = self._pool
         self._stop_ids: dict[tuple[str, str], list[int]] = {}  # env workers: the env's end-of-turn ids
 
     # -- the rollout_func ----------------------------------------------------------------------------
@@ -224,6 +223,12 @@ class EnvRollout:
         if self._tokenizer is None:
             private.check(trainer)
             self._tokenizer = self._resolve_tokenizer(trainer)
+            self._pool.tokenizer = self._tokenizer
+            if self.env_workers is not None:
+                from agent_gym.rollout.ray_pool import RayEnvPools
+
+                self._envs = RayEnvPools(num_workers=self.env_workers, tokenizer=self._tokenizer_name(),
+                                         envs_per_worker=self.envs_per_worker, ray_address=self.ray_address)
         budget = self.max_completion_tokens or getattr(trainer, "max_completion_length", None)
         if not budget:
             raise ValueError("no completion budget: set GRPOConfig(max_completion_length=...) or EnvRollout(max_completion_tokens=...)")
@@ -231,8 +236,9 @@ class EnvRollout:
         backend = self._backend(trainer)
         step = int(getattr(getattr(trainer, "state", None), "global_step", 0) or 0)
         width = self._group_width(trainer, routes) if self.tree is not None else 1
-        if self.env_workers is not None:
-            self._ensure_ray_pools(routes)
+        # a batch's episodes play at once: room for all of them, per env kind
+        for (env_id, kwargs_json), episodes in Counter(_pool_key(r.env_id, {**r.env_kwargs, **self.env_kwargs}) for r in routes).items():
+            self._envs.reserve(env_id, json.loads(kwargs_json), episodes)
         seed = f"{getattr(getattr(trainer, 'args', None), 'seed', 0)}:{step}:{_process_index(trainer)}"
         trajectories, trees = run_sync(lambda: self._play(routes, backend, budget, step, width, seed))
         self.last_trajectories = trajectories
@@ -257,14 +263,8 @@ class EnvRollout:
         """Close the envs kept for reuse between calls, and the Ray env workers (the Ray this rollout
         started, if it did)."""
         self._pool.close()
-        pools, self._ray_pools = list(self._ray_pools.values()), {}
-        for pool in pools:
-            pool.close()
-        if self._started_ray:
-            from agent_gym.rollout.ray_pool import import_ray
-
-            self._started_ray = False
-            import_ray().shutdown()
+        if self._envs is not self._pool:
+            self._envs.close()
 
     # -- episodes --------------------------------------------------------------------------------------
 
@@ -299,15 +299,13 @@ class EnvRollout:
     async def _episode(self, route: Route, rounds: "_Rounds", budget: int, step: int, slot: int) -> Trajectory:
         kwargs = {**route.env_kwargs, **self.env_kwargs}
         try:
-            if self.env_workers is not None:
-                env = self._ray_pools[_pool_key(route.env_id, kwargs)].env()
-                try:
-                    return await self._play_one(env, route, _Budgeted(rounds, self._worker_stop_ids(route.env_id, kwargs), budget, slot), step)
-                finally:
-                    env.close()
-            with self._pool.lease(route.env_id, kwargs, tokenizer=self._tokenizer) as env:
-                _check_agent_env(route, env)
-                return await self._play_one(env, route, _Budgeted(rounds, env.unwrapped.template.end_of_turn_ids, budget, slot), step)
+            with self._envs.lease(route.env_id, kwargs) as env:
+                if self.env_workers is not None:  # a proxy: the env's template lives in its worker
+                    stop_ids = self._worker_stop_ids(route.env_id, kwargs)
+                else:
+                    _check_agent_env(route, env)
+                    stop_ids = env.unwrapped.template.end_of_turn_ids
+                return await self._play_one(env, route, _Budgeted(rounds, stop_ids, budget, slot), step)
         finally:
             rounds.finished()
 
@@ -457,37 +455,6 @@ class EnvRollout:
         return prompt, list(completion), list(mask), logprobs
 
     # -- env workers on Ray ----------------------------------------------------------------------------
-
-    def _ensure_ray_pools(self, routes: list[Route]) -> None:
-        """A :class:`RayEnvPool` for every env id and arguments of ``routes``, with an env slot for each of
-        its episodes in the batch (they play at once: an episode waiting for a slot would stall the round)."""
-        from agent_gym.rollout.ray_pool import RayEnvPool, import_ray
-
-        assert self.env_workers is not None
-        counts = Counter(_pool_key(r.env_id, {**r.env_kwargs, **self.env_kwargs}) for r in routes)
-        for key, episodes in counts.items():
-            pool = self._ray_pools.get(key)
-            if pool is not None and pool.capacity >= episodes:
-                continue
-            if self.envs_per_worker is not None and self.env_workers * self.envs_per_worker < episodes:
-                raise ValueError(
-                    f"a batch has {episodes} episodes of {key[0]} {key[1]}, which play at once, and env_workers="
-                    f"{self.env_workers} x envs_per_worker={self.envs_per_worker} hold {self.env_workers * self.envs_per_worker}: "
-                    f"raise envs_per_worker to {-(-episodes // self.env_workers)} (or leave it None: sized to the batch)"
-                )
-            if self._worker_tokenizer is None:
-                self._worker_tokenizer = self._tokenizer_name()
-            ray = import_ray()
-            if not ray.is_initialized():
-                ray.init(address=self.ray_address)
-                self._started_ray = True
-            if pool is not None:
-                del self._ray_pools[key]
-                pool.close()
-            self._ray_pools[key] = RayEnvPool(
-                key[0], num_workers=self.env_workers, env_kwargs=json.loads(key[1]), tokenizer=self._worker_tokenizer,
-                envs_per_worker=self.envs_per_worker or -(-episodes // self.env_workers),
-            )
 
     def _tokenizer_name(self) -> str:
         """The name or path the env workers load the tokenizer from, checked to load the trainer's tokenizer."""

@@ -61,7 +61,7 @@ def test_envs_in_ray_workers_give_the_in_process_samples(trainer, tokenizer):
         got = remote(prompts, trainer)
         assert ray.is_initialized()
         # one pool per env arguments, each with a slot for each of its 4 episodes of the batch
-        pools = remote._ray_pools
+        pools = remote._envs.pools()
         assert sorted(key[1] for key in pools) == ['{"few_shot": true, "level": 1}', '{"few_shot": true, "level": 2}']
         assert [(p.num_workers, p.capacity) for p in pools.values()] == [(1, 4), (1, 4)]
         assert all(w["episodes"] == 0 for p in pools.values() for w in p.workers())  # every slot given back
@@ -75,7 +75,7 @@ def test_envs_in_ray_workers_give_the_in_process_samples(trainer, tokenizer):
                 assert mine.metadata[key] == theirs.metadata[key], key
         # a later batch of the same shape plays on the same workers
         again = remote(prompts, trainer)
-        assert again["completion_ids"] == want["completion_ids"] and remote._ray_pools == pools
+        assert again["completion_ids"] == want["completion_ids"] and remote._envs.pools() == pools
     finally:
         remote.close()
         local.close()
@@ -117,7 +117,7 @@ def test_a_grpo_step_through_trainer_train_with_envs_in_two_ray_workers(tmp_path
     try:
         result = trainer.train()
         assert result.global_step == 1
-        [pool] = rollout._ray_pools.values()
+        [pool] = rollout._envs.pools().values()
         assert pool.num_workers == 2 and all(w["episodes"] == 0 for w in pool.workers())
         assert len(rollout.last_trajectories) == 4
         assert all(t.env_id == "AgentR1/ArithmeticTool-v0" and t.steps for t in rollout.last_trajectories)
