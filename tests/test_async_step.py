@@ -200,3 +200,22 @@ def test_the_installed_gymnasium_is_in_the_tested_range_and_the_pin_says_the_sam
     assert async_step.check_version() == gym.__version__
     pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
     assert re.findall(r'"gymnasium([^"]*)"', pyproject) == [async_step.TESTED_GYMNASIUM]
+
+
+@pytest.mark.parametrize(
+    "version, tested, inside",
+    [("1.0.0", ">=1.0,<1.5", True), ("1.4.9rc1", ">=1.0,<1.5", True), ("1.5.0", ">=1.0,<1.5", False),
+     ("0.29.1", ">=1.0,<1.5", False), ("0.24.3", ">=0.24,<0.25", True), ("0.25.0", ">=0.24,<0.25", False),
+     ("main", ">=0.24,<0.25", False)],
+)
+def test_one_tested_range_check_serves_gymnasium_and_vllm(version, tested, inside):
+    from agent_gym.versions import in_tested_range
+
+    assert in_tested_range(version, tested) is inside
+
+
+def test_a_malformed_tested_range_is_the_callers_bug():
+    from agent_gym.versions import in_tested_range
+
+    with pytest.raises(ValueError, match=r"a tested range reads '>=MAJOR.MINOR,<MAJOR.MINOR', got '<1.5'"):
+        in_tested_range("1.0", "<1.5")

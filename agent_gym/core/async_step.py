@@ -40,19 +40,19 @@ What it relies on of gymnasium, all checked against :data:`TESTED_GYMNASIUM` by 
 from __future__ import annotations
 
 import asyncio
-import re
 from typing import Any, Awaitable, Callable
 
 import gymnasium as gym
 from gymnasium.error import ResetNeeded
 from gymnasium.wrappers import common
 
+from agent_gym.versions import in_tested_range
+
 __all__ = ["TESTED_GYMNASIUM", "UnsupportedGymnasium", "areset", "astep", "check_version", "install", "mark_reset"]
 
 #: The gymnasium releases whose wrappers' private attributes this module reads (the pin in pyproject.toml;
 #: CI runs 1.4.0). Raise the upper bound once the tests pass on the next minor release.
 TESTED_GYMNASIUM = ">=1.0,<1.5"
-_TESTED_RANGE = ((1, 0), (1, 5))  # TESTED_GYMNASIUM as (major, minor): lowest included, highest excluded
 
 
 class UnsupportedGymnasium(RuntimeError):
@@ -66,9 +66,7 @@ def check_version(version: str | None = None) -> str:
         UnsupportedGymnasium: outside the range (or unreadable), naming the range and the fix.
     """
     version = gym.__version__ if version is None else version
-    match = re.match(r"(\d+)\.(\d+)", version)
-    lowest, beyond = _TESTED_RANGE
-    if match is None or not lowest <= (int(match[1]), int(match[2])) < beyond:
+    if not in_tested_range(version, TESTED_GYMNASIUM):
         raise UnsupportedGymnasium(
             f"agent_gym is tested with gymnasium{TESTED_GYMNASIUM} and reads private attributes of its wrappers "
             f"(agent_gym/core/async_step.py), but gymnasium {version} is installed: "

@@ -53,7 +53,6 @@ T = TypeVar("T")
 #: The vLLM releases the internals above are tested with (docs/performance.md's runs: 0.24). Raise the
 #: bound once benchmarks/rollout_throughput.py and tests/test_vllm_policy.py pass on the next release.
 TESTED_VLLM = ">=0.24,<0.25"
-_TESTED_RANGE = ((0, 24), (0, 25))  # TESTED_VLLM as (major, minor): lowest included, highest excluded
 
 
 class UnsupportedVLLM(RuntimeError):
@@ -78,14 +77,12 @@ def check_vllm_version(version: str | None = None) -> str | None:
     Raises:
         UnsupportedVLLM: outside the range (or unreadable), naming the range and the fix.
     """
-    import re
+    from agent_gym.versions import in_tested_range
 
     version = installed_vllm_version() if version is None else version
     if version is None:
         return None
-    match = re.match(r"(\d+)\.(\d+)", version)
-    lowest, beyond = _TESTED_RANGE
-    if match is None or not lowest <= (int(match[1]), int(match[2])) < beyond:
+    if not in_tested_range(version, TESTED_VLLM):
         raise UnsupportedVLLM(
             f"VLLMPolicy is tested with vllm{TESTED_VLLM} and uses vLLM internals (agent_gym/rollout/vllm.py), "
             f"but vllm {version} is installed: pip install 'vllm{TESTED_VLLM}'"
