@@ -93,6 +93,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads (default: %(default)s)")
     p.add_argument("--csv", default="runs/selfplay.csv", help="per-iteration CSV (default: %(default)s)")
     p.add_argument("--json", default="runs/selfplay.json", help="the summary: settings, evals, paired changes (default: %(default)s)")
+    p.add_argument("--png", default=None, help="plot of the run (training win and illegal-move rates, the evals with their SE), written at the end")
+    p.add_argument("--replot", action="store_true", help="no training: draw --png from an earlier run's --csv and --json")
     p.add_argument("--trajectories", default=None, help="write every training game's trajectories (both roles in self-play) to this JSONL")
     args = p.parse_args(argv)
     args.advantage = args.advantage or ("rae" if args.opponent == "self" else "group")
@@ -235,8 +237,49 @@ def advantages(trajectories: list[Trajectory], args, baseline: RoleBaseline) -> 
     return out
 
 
+def plot(rows: list[dict], summary: dict, png: str) -> None:
+    """Training win and illegal-move rates per iteration (each over that iteration's games, and their
+    running mean over 4), and at each eval temperature the eval's win rate before (at 0) and after (at the
+    last iteration) with +-1 SE."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    its = [int(r["iteration"]) for r in rows]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for key, colour in (("win_rate", "tab:green"), ("illegal_rate", "tab:red")):
+        ys = [float(r[key]) for r in rows]
+        smooth = [sum(ys[max(0, i - 3): i + 1]) / len(ys[max(0, i - 3): i + 1]) for i in range(len(ys))]
+        ax.plot(its, ys, color=colour, alpha=0.25, linewidth=1)
+        ax.plot(its, smooth, color=colour, label=f"training {key.replace('_', ' ')} (T={summary['settings']['temperature']:g}, mean of 4)")
+    last = its[-1] if its else 1
+    for (t, evals), marker in zip(sorted(summary.get("eval", {}).items()), "os^"):
+        e = evals["all"]
+        xs = [0, last]
+        ys = [e["before"]["win"], e["after"]["win"]]
+        errs = [e["before"]["win_se"], e["after"]["win_se"]]
+        ax.errorbar(xs, ys, yerr=errs, marker=marker, color="black" if t == "0" else "tab:blue", capsize=4, linestyle="--",
+                    label=f"eval win rate, T={t}: {ys[0]:.3f} -> {ys[1]:.3f} ({e['before']['games']} games, both roles)")
+    s = summary["settings"]
+    ax.set(xlabel="iteration (one AdamW step)", ylabel="rate", ylim=(-0.02, 1.02),
+           title=f"{s['game']} against {s['opponent']}, {s.get('model') or 'smollm2-135m-tool'}, lr {s['lr']:g}")
+    ax.legend(fontsize=7, loc="center right")
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
+    if args.replot:
+        if not args.png:
+            raise SystemExit("--replot draws --png: give it")
+        with open(args.csv) as fh:
+            old_rows = list(csv.DictReader(fh))
+        old = json.loads(Path(args.json).read_text())
+        plot(old_rows, old, args.png)
+        return old
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     policy = HFPolicy(args.model, device="cpu", dtype=torch.float32, seed=args.seed, batch_size=args.eval_batch,
@@ -325,6 +368,8 @@ def main(argv: list[str] | None = None) -> dict:
     summary["total_s"] = round(time.time() - started, 1)
     os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
     Path(args.json).write_text(json.dumps(summary, indent=1) + "\n")
+    if args.png:
+        plot(rows, summary, args.png)
     return summary
 
 

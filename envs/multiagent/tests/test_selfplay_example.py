@@ -39,7 +39,7 @@ def test_help_names_every_option(selfplay, capsys):
 def test_one_iteration_against_random_and_a_paired_eval_in_each_role(selfplay, tmp_path):
     out = selfplay.main(["--game", "kuhnpoker", "--opponent", "random", "--iterations", "1", "--tasks", "1", "--group", "2",
                          "--eval-games", "3", "--eval-temperature", "0", "--eval-temperature", "1", "--max-new-tokens", "12", "--csv", str(tmp_path / "run.csv"),
-                         "--json", str(tmp_path / "run.json")])
+                         "--json", str(tmp_path / "run.json"), "--png", str(tmp_path / "run.png")])
     assert json.loads((tmp_path / "run.json").read_text()) == json.loads(json.dumps(out))
     [row] = list(csv.DictReader(open(tmp_path / "run.csv")))
     assert row["iteration"] == "1" and row["games"] == "2" and int(row["tokens"]) > 0
@@ -47,6 +47,10 @@ def test_one_iteration_against_random_and_a_paired_eval_in_each_role(selfplay, t
     evals = out["eval"]["0"]
     assert sorted(evals) == ["all", "player_0", "player_1"]  # 3 test games in each role, the same seeds both times
     assert [evals[k]["before"]["games"] for k in ("all", "player_0", "player_1")] == [6, 3, 3]
+    assert (tmp_path / "run.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    (tmp_path / "run.png").unlink()
+    assert selfplay.main(["--replot", "--csv", str(tmp_path / "run.csv"), "--json", str(tmp_path / "run.json"),
+                          "--png", str(tmp_path / "run.png")]) == json.loads(json.dumps(out)) and (tmp_path / "run.png").stat().st_size > 0
     for k in evals:
         before, after = evals[k]["before"], evals[k]["after"]
         assert before["win"] + before["draw"] + before["loss"] + before["illegal_move"] == pytest.approx(1.0)
