@@ -22,8 +22,10 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1 TOKENIZERS_PARALLELISM=false HYDRA_FULL_E
 # so no pin of verl's moves and it needs no pin of its own beyond what envs/mcp declares.
 COMMON_PKGS=(gguf accelerate gymnasium pydantic jinja2 tqdm pytest hypothesis bm25s "mcp>=2.3")
 PINS_07=(torch==2.13.0 verl==0.7.0 "transformers<5" "numpy<2" "pyarrow>=19,<21" "datasets<4.1" cachetools)
-# trl as the TRL adapter pins it: verl 0.9.1 beside trl 1.x is what tests/verl/test_trl_beside_verl.py checks
-PINS_09=(torch==2.13.0 verl==0.9.1 cachetools uvicorn fastapi trl==1.16.0)
+# trl as the TRL adapter pins it: verl 0.9.1 beside trl 1.x is what tests/verl/test_trl_beside_verl.py checks.
+# open_spiel: the two-player games' rules (envs/multiagent, installed --no-deps below), for the game-view test;
+# verl 0.7.0's numpy<2 pin keeps it out of that venv, where the test skips.
+PINS_09=(torch==2.13.0 verl==0.9.1 cachetools uvicorn fastapi trl==1.16.0 "open_spiel>=2.0.2")
 
 log() { printf '[verl-ci %(%H:%M:%S)T] %s\n' -1 "$*"; }
 

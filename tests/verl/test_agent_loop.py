@@ -593,3 +593,41 @@ def test_agent_program_rows_play_the_program_through_verls_worker(model_dir, ver
         assert verl_tokenizer.decode(rows[1]["prompt"][len(rows[0]["prompt"]) + len(actions[0]):]) == "\n<|im_start|>tool\n164<|im_end|>\n<|im_start|>assistant\n"
         assert [sum(r["rm_scores"]) for r in rows] == [0.0, 1.0]
     al._ENV_POOL.clear()
+
+
+def test_a_two_player_game_view_plays_through_verls_worker(model_dir, verl_tokenizer, tmp_path):
+    """KuhnPoker-v0 (a two-player game against its scripted random opponent) under verl's worker: the row is
+    the env's context token for token, the opponent's reply is env ids outside response_mask, and the score
+    is what the same moves give a fresh env of the row's task."""
+    pytest.importorskip("pyspiel", reason="KuhnPoker-v0 plays by OpenSpiel's rules: pip install open_spiel (.ci/verl.sh: verl 0.9.1's venv)")
+    kwargs = {"role": "player_0"}
+    parquet = str(export_env("AgentR1/KuhnPoker-v0", "test", tmp_path / "data", mode="concat", limit=1, env_kwargs=kwargs))
+    import pandas as pd
+
+    [extra] = pd.read_parquet(parquet)["extra_info"].tolist()
+    moves = ["<move>pass</move>", "<move>bet</move>"]  # a pass; if the opponent bets, a call
+    actions = [verl_tokenizer.encode(m + "<|im_end|>", add_special_tokens=False) for m in moves]
+    cfg = verl_config(model_dir)
+    al._ENV_POOL.clear()
+    server = _TurnsServer(actions)
+    worker = compat.make_agent_loop_worker(cfg, server)
+    out = _run(worker, dataset_batch(cfg, parquet, worker.tokenizer, rows=[0]))
+    row = _unpad(out, 0)
+    [key] = list(al._ENV_POOL)
+    [env] = al._ENV_POOL[key]
+    context = list(env.unwrapped.context.ids)
+    played = actions[: server.calls]
+    assert row["prompt"] + row["response"] == context[: len(row["prompt"]) + len(row["response"])]
+    assert sum(row["mask"]) == sum(len(a) for a in played)  # the policy's moves trained, the opponent's not
+
+    fresh = gym.make("AgentR1/KuhnPoker-v0", tokenizer=verl_tokenizer, **json.loads(extra["env_kwargs"]))
+    fresh.reset(options={"task_id": extra["task_id"]})
+    total = 0.0
+    for ids in played:
+        _, reward, terminated, truncated, info = fresh.step(np.asarray(ids))
+        total += reward
+        if terminated or truncated:
+            break
+    assert terminated and info["outcome"] in ("win", "loss")
+    assert sum(row["rm_scores"]) == pytest.approx(total) and out.non_tensor_batch["acc"][0] == float(info["outcome"] == "win")
+    al._ENV_POOL.clear()

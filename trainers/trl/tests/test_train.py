@@ -207,3 +207,20 @@ def test_two_steps_on_the_catalogue_envs_with_a_scripted_tool_user(tmp_path, tok
                 info = t.final_info
                 assert (t.return_, info["answer_check"], info["submitted"]) == (0.0, "unresolved", False)
                 assert info["tests"]["fail_to_pass"][0] == 0 < info["tests"]["pass_to_pass"][0]
+
+
+def test_two_steps_on_a_two_player_game_against_a_scripted_opponent(tmp_path, tokenizer):
+    """KuhnPoker-v0, the single-agent view of a two-player game, with TRL's own generation: the opponent's
+    moves come back as env ids (check_batches: each sample is its episode's context), and the return is the
+    game's outcome in chips, as the env graded it."""
+    trainer, _ = run(tmp_path, tokenizer, model_name="smollm2-135m-instruct", env_id="AgentR1/KuhnPoker-v0", env_kwargs={},
+                     max_completion_length=96)
+    outcomes = set()
+    for record in trainer.records:
+        for t in record["trajectories"]:
+            info = t.final_info
+            assert info["role"] in ("player_0", "player_1") and info["opponent"] == "random"
+            assert t.return_ == info["reward_components"]["outcome"]  # no shaping unless asked for
+            assert (info["outcome"] == "win") == (t.return_ > 0)
+            outcomes.add(info["outcome"])
+    assert outcomes <= {"win", "loss", "illegal_move", "truncated"} and outcomes
