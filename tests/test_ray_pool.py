@@ -207,7 +207,8 @@ def test_ray_env_pools_keep_the_pool_protocol_per_env_kind(pool, tokenizer):
     from agent_gym.rollout.pool import EnvPool, EnvPoolProtocol
     from agent_gym.rollout.ray_pool import RayEnvPools
 
-    pools = RayEnvPools(num_workers=1, tokenizer=None)
+    # num_cpus 0: the module's pool holds both CPUs of the test cluster, and these workers only wait
+    pools = RayEnvPools(num_workers=1, tokenizer=None, worker_options={"num_cpus": 0})
     assert isinstance(pools, EnvPoolProtocol) and isinstance(EnvPool(), EnvPoolProtocol)
     try:
         with pytest.raises(KeyError, match=r"no env workers for AgentR1/GSM8KTool-v0 \{\"split\": \"test\"\}: reserve"):
