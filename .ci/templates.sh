@@ -16,7 +16,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1 TOKENIZERS_PARALLELISM=false
 start=$SECONDS
 python - <<'PY'
 import time
-from agent_gym.chat.gguf import FAMILIES, family_tokenizer
+from agent_gym.models.gguf import FAMILIES, family_tokenizer
 from agent_gym.chat.template import ChatTemplate
 
 for name in FAMILIES:

@@ -40,7 +40,7 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    from agent_gym.chat.gguf import FAMILIES, family_tokenizer
+    from agent_gym.models.gguf import FAMILIES, family_tokenizer
 
     tokenizer = family_tokenizer(args.tokenizer) if args.tokenizer in FAMILIES else args.tokenizer
     env = gym.make(

@@ -49,7 +49,7 @@ import torch
 from tqdm import tqdm
 
 import agent_gym  # noqa: F401  (registers the env ids)
-from agent_gym.cli_support import UsageError, parse_env_kwargs
+from agent_gym.commands import UsageError, parse_env_kwargs
 from agent_gym.rollout import Generation, play_episode
 from agent_gym.rollout.async_runner import run_sync
 from agent_gym.rollout.batcher import Batcher

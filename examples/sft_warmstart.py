@@ -44,7 +44,7 @@ from typing import Any
 import gymnasium as gym
 
 import agent_gym  # noqa: F401  (registers the env ids)
-from agent_gym.cli_support import UsageError, add_env_kwarg_option, parse_env_kwargs, resolve_env_id
+from agent_gym.commands import UsageError, add_env_kwarg_option, parse_env_kwargs, resolve_env_id
 from agent_gym.models import load_causal_lm, load_tokenizer
 from agent_gym.rollout import ScriptedPolicy, run_episodes
 

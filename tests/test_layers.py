@@ -275,7 +275,7 @@ def test_the_table_names_every_package_of_the_tree():
         assert any(u.layer == layers.globs[pattern] and _package_of(pattern, p) == u.name
                    for u in layers.units.values() for p in files), f"{pattern} matches no package"
     expected = {"agent_gym_verl", "agent_gym_trl", "agent_gym_openenv", "agent_gym_gsm8k", "agent_gym_python",
-                "agent_gym.core", "agent_gym.rollout", "agent_gym.cli", "agent_gym.cli_support", "agent_gym"}
+                "agent_gym.core", "agent_gym.rollout", "agent_gym.cli", "agent_gym.commands", "agent_gym"}
     assert expected <= set(layers.units)
 
 
@@ -321,12 +321,12 @@ def planted_tree(**extra: str) -> dict[str, str]:
         "agent_gym/__init__.py": "from agent_gym.registry import register_env\n",
         "agent_gym/cli/__init__.py": "",
         "agent_gym/cli/main.py": "from agent_gym.rollout import run_episodes\nfrom agent_gym import __version__\n",
-        "agent_gym/cli_support.py": "from agent_gym import list_envs\n",
+        "agent_gym/commands.py": "from agent_gym import list_envs\n",
         "agent_gym/core/__init__.py": "",
         "agent_gym/core/env.py": "from ..chat import template\nfrom agent_gym.tools import Tool\n",
         "agent_gym/chat/__init__.py": "",
         "agent_gym/chat/template.py": "def f():\n    from agent_gym.models import load_tokenizer\n",
-        "agent_gym/models.py": "",
+        "agent_gym/models/__init__.py": "",
         "agent_gym/tools/__init__.py": "from agent_gym.tools.parsing import ToolCall\n",
         "agent_gym/tools/parsing.py": "from . import base\n",
         "agent_gym/tools/base.py": "",
@@ -334,7 +334,7 @@ def planted_tree(**extra: str) -> dict[str, str]:
         "agent_gym/rollout/__init__.py": "from agent_gym.core.env import AgentEnv\nfrom agent_gym import registry\n",
         "envs/toy/agent_gym_toy/__init__.py": "from agent_gym.core.env import AgentEnv\n",
         "envs/other/agent_gym_other/__init__.py": "from agent_gym.tools import Tool\n",
-        "trainers/fake/agent_gym_fake/__init__.py": "from agent_gym.cli_support import UsageError\nfrom . import helper\n",
+        "trainers/fake/agent_gym_fake/__init__.py": "from agent_gym.commands import UsageError\nfrom . import helper\n",
         "trainers/fake/agent_gym_fake/helper.py": "from agent_gym.rollout import run_episodes\n",
     }
     files.update({key.replace("__", "/"): text for key, text in extra.items()})
@@ -366,7 +366,7 @@ def test_the_checker_catches_every_kind_of_violation():
         # the command line imports an adapter, by a literal import_module
         "agent_gym/cli/plugins.py": "import importlib\nimportlib.import_module('agent_gym_fake.helper')\n",
         # the lowest layer imports the package's __init__
-        "agent_gym/models.py": "from agent_gym import list_envs\n",
+        "agent_gym/models/gguf.py": "from agent_gym import list_envs\n",
         # a module of agent_gym no row of the table holds
         "agent_gym/newthing.py": "",
     })
@@ -382,7 +382,7 @@ def test_the_checker_catches_every_kind_of_violation():
         "import agent_gym.rollout (layer 4): layer 4 is above layer 6",
         "agent_gym/core/types.py:3: agent_gym.core.types imports agent_gym_toy: agent_gym.core (layer 6) may not "
         "import agent_gym_toy (layer 4): layer 4 is above layer 6",
-        "agent_gym/models.py:1: agent_gym.models imports agent_gym: agent_gym.models (layer 8) may not import "
+        "agent_gym/models/gguf.py:1: agent_gym.models.gguf imports agent_gym: agent_gym.models (layer 8) may not import "
         "agent_gym (layer 3): layer 3 is above layer 8",
         "agent_gym/newthing.py: in no layer of the table (add its package to docs/architecture.md)",
         "envs/toy/agent_gym_toy/grading.py:1: agent_gym_toy.grading imports agent_gym_other: agent_gym_toy (layer 4) "
@@ -405,13 +405,14 @@ def test_the_checker_catches_planted_cycles():
     files = planted_tree(**{
         # a module cycle inside one package, closed by an import inside a function
         "agent_gym/tools/base.py": "def f():\n    from agent_gym.tools.parsing import ToolCall\n",
-        # a package cycle: chat -> models -> chat
-        "agent_gym/models.py": "from agent_gym.chat.template import ChatTemplate\n",
+        # a package cycle: chat -> models -> chat (the env-side chat backends importing a template)
+        "agent_gym/chat/template.py": "def f():\n    from agent_gym.models.backends import HFChat\n",
+        "agent_gym/models/backends.py": "from agent_gym.chat.template import ChatTemplate\n",
         # a cycle within an adapter, through its package's __init__
         "trainers/fake/agent_gym_fake/helper.py": "from agent_gym_fake import helper_name\n",
     })
     assert module_cycles(files) == [
-        ["agent_gym.chat.template", "agent_gym.models"],
+        ["agent_gym.chat.template", "agent_gym.models.backends"],
         ["agent_gym.tools.base", "agent_gym.tools.parsing"],
         ["agent_gym_fake", "agent_gym_fake.helper"],
     ]

@@ -154,7 +154,7 @@ def test_gsm8k_tool_episodes_append_exactly_what_the_template_writes(family_name
 
 
 def one_family(name: str):
-    from agent_gym.chat.gguf import FamilyUnavailable, family_tokenizer
+    from agent_gym.models.gguf import FamilyUnavailable, family_tokenizer
 
     try:
         return family_tokenizer(name)

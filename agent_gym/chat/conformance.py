@@ -382,7 +382,7 @@ def _load_for_check(name: str, chat_template: str | None) -> Any:
     :func:`agent_gym.models.load_tokenizer` takes."""
     import os
 
-    from agent_gym.chat.gguf import FAMILIES, family_tokenizer, tokenizer_from_gguf
+    from agent_gym.models.gguf import FAMILIES, family_tokenizer, tokenizer_from_gguf
     from agent_gym.models import load_tokenizer
 
     if name in FAMILIES:

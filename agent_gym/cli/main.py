@@ -5,7 +5,7 @@ no folder and no hub name, an unknown task id) end with one ``agent-gym: error: 
 and exit status 2, never a traceback.
 
 The trainer adapters add their own subcommands (``export-verl``, ``serve``) through the entry-point
-group :data:`agent_gym.cli_support.COMMAND_GROUP`; this module imports no adapter, so ``--help`` lists
+group :data:`agent_gym.commands.COMMAND_GROUP`; this module imports no adapter, so ``--help`` lists
 the commands of the adapters that are installed, and a missing adapter's command names its install.
 """
 
@@ -21,7 +21,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from agent_gym.cli_support import (
+from agent_gym.commands import (
     ADAPTER_COMMANDS,
     COMMAND_GROUP,
     PROG,
@@ -38,7 +38,7 @@ from agent_gym.cli_support import (
     user_errors,
 )
 
-# UsageError, add_env_kwarg_option, parse_env_kwargs and positive_int live in agent_gym.cli_support;
+# UsageError, add_env_kwarg_option, parse_env_kwargs and positive_int live in agent_gym.commands;
 # they are named here too for the code that imports them from this module.
 __all__ = ["main", "build_parser", "UsageError", "add_env_kwarg_option", "parse_env_kwargs", "positive_int"]
 
@@ -321,7 +321,7 @@ def _env_factory(env_id: str, **kwargs: Any) -> Callable[[], Any]:
 
 
 def _model_errors(model: str | None, what: Callable[[], Any]) -> Any:
-    """:func:`~agent_gym.cli_support.user_errors` for loading ``--model``: a refused name without ``org/`` (a mistyped built-in
+    """:func:`~agent_gym.commands.user_errors` for loading ``--model``: a refused name without ``org/`` (a mistyped built-in
     name, most likely) also gets the built-in names and what else --model takes. Offline,
     resolve_model's own message says so; online the hub's "not a valid model identifier" does not."""
     from agent_gym.models import is_unknown_bare_name, model_kinds

@@ -19,7 +19,7 @@ Hooking into the CLI (``agent_gym/cli/main.py``), in ``build_parser`` after the 
     from agent_gym.cli.scaffold import add_parser as add_new_env_parser
     add_new_env_parser(sub, formatter)
 
-The subcommand's function returns the exit status and raises ``agent_gym.cli_support.UsageError`` for
+The subcommand's function returns the exit status and raises ``agent_gym.commands.UsageError`` for
 a user's mistake (a bad name, an existing folder), as the other subcommands do. Without the hook,
 ``python -m agent_gym.cli.scaffold NAME`` does the same.
 """
@@ -156,7 +156,7 @@ def add_parser(subparsers: Any, formatter_class: Any = argparse.RawDescriptionHe
 
 
 def _cmd_new_env(args: argparse.Namespace) -> int:
-    from agent_gym.cli_support import UsageError  # `agent-gym` prints it as one line, exit status 2
+    from agent_gym.commands import UsageError  # `agent-gym` prints it as one line, exit status 2
 
     try:
         root = new_env(args.name, args.dest, force=args.force)
@@ -176,7 +176,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="agent-gym")
     add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["new-env", *(sys.argv[1:] if argv is None else argv)])
-    from agent_gym.cli_support import UsageError
+    from agent_gym.commands import UsageError
 
     try:
         return int(args.func(args))

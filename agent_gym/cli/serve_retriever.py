@@ -11,7 +11,7 @@ import argparse
 import sys
 from typing import Any
 
-from agent_gym.cli_support import UsageError, one_line, positive_int
+from agent_gym.commands import UsageError, one_line, positive_int
 
 __all__ = ["add_parser"]
 

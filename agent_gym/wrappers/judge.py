@@ -34,7 +34,7 @@ from typing import Any, Literal, SupportsFloat, Union
 
 import gymnasium as gym
 
-from agent_gym.chat.backends import ChatBackendError, HFChat, OpenAICompatibleChat
+from agent_gym.models.backends import ChatBackendError, HFChat, OpenAICompatibleChat
 from agent_gym.core.async_step import astep
 from agent_gym.core.grading import after_marker, tagged
 
@@ -215,7 +215,7 @@ class ScriptedJudge:
 
 class OpenAICompatibleJudge:
     """A judge served over the OpenAI chat-completions API (vLLM's ``vllm serve``, any compatible server),
-    through :class:`agent_gym.chat.backends.OpenAICompatibleChat` (``urllib`` only, no client package).
+    through :class:`agent_gym.models.backends.OpenAICompatibleChat` (``urllib`` only, no client package).
 
     Blocking: :class:`JudgeReward` runs it in a worker thread under ``astep``, so many episodes wait on
     the server at once.
@@ -257,7 +257,7 @@ class OpenAICompatibleJudge:
 
 
 class HFJudge:
-    """A local transformers model as the judge (:class:`agent_gym.chat.backends.HFChat`): the rubric as
+    """A local transformers model as the judge (:class:`agent_gym.models.backends.HFChat`): the rubric as
     one user turn of the tokenizer's chat template, decoded greedily (the same verdict for the same prompt).
 
     The model loads on the first call (torch and transformers are imported then, not before), and calls

@@ -12,7 +12,7 @@ import pytest
 
 from _mcp_support import mcp_demo_servers
 from agent_gym.cli.main import main
-from agent_gym.cli_support import COMMAND_GROUP
+from agent_gym.commands import COMMAND_GROUP
 
 _DECLARED = {ep.name: ep for ep in entry_points(group=COMMAND_GROUP)}
 pytestmark = pytest.mark.skipif(

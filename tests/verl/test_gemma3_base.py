@@ -59,7 +59,7 @@ def gemma_dir(tmp_path_factory):
     which reads Gemma's GGUF vocabulary wrongly and is refused), else it is exported here."""
     import os
 
-    from agent_gym.cli.export_model import export_model
+    from agent_gym.model_export import export_model
 
     given = os.environ.get("AGENT_GYM_GEMMA3_DIR")
     if given:

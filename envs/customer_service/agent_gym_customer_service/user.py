@@ -15,7 +15,7 @@ without tool calls). :class:`ScriptedUser` needs nothing else; :class:`ModelUser
 - :class:`HFUserBackend`: a local Hugging Face causal LM (:func:`agent_gym.models.load_causal_lm`)
   through its tokenizer's chat template; torch and transformers are imported at its first reply.
 
-Both are agent_gym's env-side chat backends (:mod:`agent_gym.chat.backends`), which judges use too.
+Both are agent_gym's env-side chat backends (:mod:`agent_gym.models.backends`), which judges use too.
 
 Every user opens with the scripted first message (so a task's opening prompt is the same data for
 every user, e.g. in a trainer's dataset).
@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
-from agent_gym.chat.backends import HFChat, OpenAICompatibleChat
+from agent_gym.models.backends import HFChat, OpenAICompatibleChat
 from agent_gym.core.prompts import PromptTemplates
 
 from agent_gym_customer_service.generate import CustomerServiceTask, Request
@@ -170,7 +170,7 @@ class ModelUser:
 
 class OpenAIUserBackend(OpenAICompatibleChat):
     """A model behind an OpenAI-compatible chat-completions URL as the customer (vLLM: ``vllm serve
-    MODEL``): agent_gym's :class:`~agent_gym.chat.backends.OpenAICompatibleChat` with the customer's
+    MODEL``): agent_gym's :class:`~agent_gym.models.backends.OpenAICompatibleChat` with the customer's
     defaults (a short reply).
 
     Args:
@@ -187,7 +187,7 @@ class OpenAIUserBackend(OpenAICompatibleChat):
 
 
 class HFUserBackend(HFChat):
-    """A local Hugging Face causal LM as the customer: agent_gym's :class:`~agent_gym.chat.backends.HFChat`
+    """A local Hugging Face causal LM as the customer: agent_gym's :class:`~agent_gym.models.backends.HFChat`
     (greedy by default, loaded on the first reply).
 
     Args:

@@ -55,7 +55,7 @@ def tokenizer():
 def family_tokenizer(request):
     """A real tokenizer of the template matrix (tests/conftest.py's): SmolLM2 embedded, Gemma 3 and
     DeepSeek-R1-Distill-Qwen from GGUF headers (cached; skipped where they cannot be had)."""
-    from agent_gym.chat.gguf import FamilyUnavailable, family_tokenizer as build
+    from agent_gym.models.gguf import FamilyUnavailable, family_tokenizer as build
 
     try:
         return build(request.param)

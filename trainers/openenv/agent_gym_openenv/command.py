@@ -1,8 +1,8 @@
 """``agent-gym serve``: the subcommand this adapter adds to the core CLI.
 
-This package declares :func:`add_parser` in the entry-point group ``agent_gym.commands`` (see
-:mod:`agent_gym.cli_support`). ``agent-gym`` loads it whenever it builds its parser, ``--help``
-included, so this module imports neither openenv-core (seconds: it imports gradio) nor the server;
+This package declares :func:`add_parser` in the entry-point group ``agent_gym.commands`` (the
+module :mod:`agent_gym.commands` is what a subcommand is built from). ``agent-gym`` loads it whenever
+it builds its parser, ``--help`` included, so this module imports neither openenv-core (seconds: it imports gradio) nor the server;
 running the command does (:mod:`agent_gym_openenv.server`).
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from agent_gym.cli_support import (
+from agent_gym.commands import (
     UsageError,
     add_env_options,
     env_kwargs,
@@ -55,7 +55,7 @@ def add_parser(subparsers: Any, formatter_class: Any = argparse.RawDescriptionHe
 
 
 def run(args: argparse.Namespace) -> int:
-    """Serve until interrupted; a user's mistake raises :class:`~agent_gym.cli_support.UsageError`."""
+    """Serve until interrupted; a user's mistake raises :class:`~agent_gym.commands.UsageError`."""
     try:
         from agent_gym_openenv.server import serve
     except ImportError as exc:  # openenv-core (or one of its parts) is not installed

@@ -13,7 +13,7 @@ import pytest
 from openenv_helpers import AGENT_GYM, ENV_ID, REPO_ROOT
 
 from agent_gym.cli.main import build_parser, main
-from agent_gym.cli_support import COMMAND_GROUP
+from agent_gym.commands import COMMAND_GROUP
 
 
 def test_the_adapter_declares_the_command():

@@ -21,7 +21,7 @@ The row is built from the env, so a task exported this way comes back by
 with verl); does not import verl.
 
 ``agent-gym export-verl`` is :func:`add_parser`, which this package declares in the entry-point group
-``agent_gym.commands`` (see :mod:`agent_gym.cli_support`); ``python -m agent_gym_verl.export`` and
+``agent_gym.commands`` (the module :mod:`agent_gym.commands` says how); ``python -m agent_gym_verl.export`` and
 ``agent-gym-export-verl`` are :func:`main`. Both read the same options.
 """
 
@@ -34,7 +34,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from agent_gym.cli_support import PROG, UsageError, add_env_kwarg_option, parse_env_kwargs
+from agent_gym.commands import PROG, UsageError, add_env_kwarg_option, parse_env_kwargs
 from agent_gym.core.tasks import env_tasks, text_of
 
 __all__ = ["export_env", "rows_for_env", "main", "add_parser", "AGENT_NAMES"]

@@ -1,5 +1,5 @@
-"""What a subcommand of ``agent-gym`` is built from, for the core's own commands and for the ones
-packages add.
+"""The interface a subcommand of ``agent-gym`` is built from: the core's own commands and the ones
+trainer adapters add (which never import :mod:`agent_gym.cli`).
 
 ``agent-gym`` (:mod:`agent_gym.cli`) has the core's commands; a trainer adapter adds its own
 (``export-verl``: trainers/verl, ``serve``: trainers/openenv) by declaring an entry point in the group

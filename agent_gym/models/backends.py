@@ -1,4 +1,4 @@
-"""Env-side models: the chat backends a simulated user or a judge talks through.
+"""Env-side chat models: the backends a simulated user or a judge talks through.
 
 One small protocol, ``(messages) -> reply text``, and the two backends every env-side model needs:
 
@@ -7,9 +7,11 @@ One small protocol, ``(messages) -> reply text``, and the two backends every env
 - :class:`HFChat`: a local transformers model through :func:`agent_gym.models.load_causal_lm` and the
   tokenizer's chat template, loaded on the first call (torch is imported then, not before).
 
-Both are blocking and thread-safe; callers run them in worker threads under ``astep``. A failure raises
-:class:`ChatBackendError` with what failed and what to do; callers decide what it means for the episode
-(a judge falls back to the env's reward, a simulated user ends the episode).
+They sit with the policy's models in :mod:`agent_gym.models`, below the chat package, which they do
+not need: a backend takes and returns plain messages and text. Both are blocking and thread-safe;
+callers run them in worker threads under ``astep``. A failure raises :class:`ChatBackendError` with
+what failed and what to do; callers decide what it means for the episode (a judge falls back to the
+env's reward, a simulated user ends the episode).
 """
 
 from __future__ import annotations
