@@ -191,24 +191,26 @@ def _set_stop_ids(lm: Any, stops: list[int], eos_id: int, pad_id: int | None) ->
     """Put the stop ids and pad into ``lm``'s config and a generation config; return the latter (also set on ``lm``)."""
     from transformers import GenerationConfig
 
-    config = lm.config
+    _put_stops(lm.config, stops, eos_id, pad_id)
+    generation = copy.deepcopy(lm.generation_config) if getattr(lm, "generation_config", None) else GenerationConfig()
+    _put_stops(generation, stops, eos_id, pad_id)
+    if generation.bos_token_id is None and lm.config.bos_token_id is not None:
+        generation.bos_token_id = lm.config.bos_token_id
+    lm.generation_config = generation
+    return generation
+
+
+def _put_stops(config: Any, stops: list[int], eos_id: int, pad_id: int | None) -> None:
+    """Set ``config``'s (a model config or a generation config: both read these two keys) eos and pad ids.
+
+    Several stops replace the eos ids outright; a single one is set only where the config does not
+    already stop on it, so that a config's own extra eos ids are kept."""
     if len(stops) > 1:
         config.eos_token_id = stops
     elif not _includes(config.eos_token_id, eos_id):
         config.eos_token_id = eos_id
     if pad_id is not None:
         config.pad_token_id = pad_id
-    generation = copy.deepcopy(lm.generation_config) if getattr(lm, "generation_config", None) else GenerationConfig()
-    if len(stops) > 1:
-        generation.eos_token_id = stops
-    elif not _includes(generation.eos_token_id, eos_id):
-        generation.eos_token_id = eos_id
-    if pad_id is not None:
-        generation.pad_token_id = pad_id
-    if generation.bos_token_id is None and config.bos_token_id is not None:
-        generation.bos_token_id = config.bos_token_id
-    lm.generation_config = generation
-    return generation
 
 
 def _write_folder(target: Path, lm: Any, generation: Any, tokenizer: Any, eos_id: int, pad_id: int | None) -> None:

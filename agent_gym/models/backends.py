@@ -20,9 +20,9 @@ import json
 import threading
 import urllib.error
 import urllib.request
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Mapping, Protocol, Sequence, TypedDict
 
-__all__ = ["ChatBackend", "ChatBackendError", "HFChat", "OpenAICompatibleChat", "chat_completions_url"]
+__all__ = ["ChatBackend", "ChatBackendError", "EndpointOptions", "HFChat", "OpenAICompatibleChat", "chat_completions_url"]
 
 
 class ChatBackendError(RuntimeError):
@@ -43,6 +43,17 @@ def chat_completions_url(url: str) -> str:
     if url.endswith("/v1"):
         return f"{url}/chat/completions"
     return f"{url}/v1/chat/completions"
+
+
+class EndpointOptions(TypedDict, total=False):
+    """The keyword options of :class:`OpenAICompatibleChat`, for callers that build one and pass them
+    through (``OpenAICompatibleJudge(url, model, timeout_s=30)``): one list of them, checked by mypy."""
+
+    api_key: str | None
+    timeout_s: float
+    max_tokens: int
+    temperature: float
+    extra_body: Mapping[str, Any] | None
 
 
 class OpenAICompatibleChat:

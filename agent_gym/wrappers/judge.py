@@ -30,13 +30,16 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Literal, SupportsFloat, Union
+from typing import TYPE_CHECKING, Any, Literal, SupportsFloat, Union
 
 import gymnasium as gym
 
-from agent_gym.models.backends import ChatBackendError, HFChat, OpenAICompatibleChat
+from agent_gym.models.backends import ChatBackendError, EndpointOptions, HFChat, OpenAICompatibleChat
 from agent_gym.core.async_step import astep
 from agent_gym.core.grading import after_marker, tagged
+
+if TYPE_CHECKING:  # typing.Unpack is 3.11+; under postponed annotations it is never evaluated
+    from typing_extensions import Unpack
 
 __all__ = [
     "DEFAULT_RUBRIC",
@@ -223,28 +226,15 @@ class OpenAICompatibleJudge:
     Args:
         url: the server (``http://host:8000``), its ``/v1`` base, or the full ``.../chat/completions`` URL.
         model: the served model's name (``--served-model-name`` of vLLM).
-        api_key: sent as ``Authorization: Bearer ...`` when given (vLLM's ``--api-key``).
-        timeout_s: seconds to wait for the whole reply; a slower server is a judge error.
-        max_tokens: the judge's reply length limit (leave room for reasoning before the verdict line).
-        temperature: 0 for reproducible grading.
         system: a system message put before the rubric, if any.
-        extra_body: more request fields (``{"top_p": 1.0}``, vLLM's ``chat_template_kwargs``...).
+        **options: :class:`~agent_gym.models.backends.OpenAICompatibleChat`'s: ``api_key`` (vLLM's
+            ``--api-key``), ``timeout_s`` (60; a slower server is a judge error), ``max_tokens`` (512;
+            leave room for reasoning before the verdict line), ``temperature`` (0: reproducible
+            grading), ``extra_body``.
     """
 
-    def __init__(
-        self,
-        url: str,
-        model: str,
-        *,
-        api_key: str | None = None,
-        timeout_s: float = 60.0,
-        max_tokens: int = 512,
-        temperature: float = 0.0,
-        system: str | None = None,
-        extra_body: Mapping[str, Any] | None = None,
-    ):
-        self.chat = OpenAICompatibleChat(url, model, api_key=api_key, timeout_s=timeout_s, max_tokens=max_tokens,
-                                         temperature=temperature, extra_body=extra_body)
+    def __init__(self, url: str, model: str, *, system: str | None = None, **options: Unpack[EndpointOptions]):
+        self.chat = OpenAICompatibleChat(url, model, **options)
         self.url = self.chat.url
         self.model = model
         self.system = system

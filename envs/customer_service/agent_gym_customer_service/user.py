@@ -24,12 +24,15 @@ every user, e.g. in a trainer's dataset).
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
 
-from agent_gym.models.backends import HFChat, OpenAICompatibleChat
+from agent_gym.models.backends import EndpointOptions, HFChat, OpenAICompatibleChat
 from agent_gym.core.prompts import PromptTemplates
 
 from agent_gym_customer_service.generate import CustomerServiceTask, Request
+
+if TYPE_CHECKING:  # typing.Unpack is 3.11+; under postponed annotations it is never evaluated
+    from typing_extensions import Unpack
 
 __all__ = [
     "STOP",
@@ -176,14 +179,13 @@ class OpenAIUserBackend(OpenAICompatibleChat):
     Args:
         base_url: the server, e.g. ``"http://localhost:8000/v1"``.
         model: the served model's name.
-        api_key: sent as a bearer token when given.
-        temperature, max_tokens: sampling settings of each reply.
-        timeout_s: seconds to wait for one reply.
+        **options: :class:`~agent_gym.models.backends.OpenAICompatibleChat`'s (``api_key``,
+            ``timeout_s``, ``temperature``, ``extra_body``); ``max_tokens`` is 256 unless given.
     """
 
-    def __init__(self, base_url: str, model: str, *, api_key: str | None = None, temperature: float = 0.0,
-                 max_tokens: int = 256, timeout_s: float = 60.0):
-        super().__init__(base_url, model, api_key=api_key, temperature=temperature, max_tokens=max_tokens, timeout_s=timeout_s)
+    def __init__(self, base_url: str, model: str, **options: Unpack[EndpointOptions]):
+        options.setdefault("max_tokens", 256)  # a customer's reply is short
+        super().__init__(base_url, model, **options)
 
 
 class HFUserBackend(HFChat):
