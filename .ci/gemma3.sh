@@ -12,7 +12,7 @@
 # The first run joins the parts and dequantises the model into $AGENT_GYM_CACHE (about a minute); keep
 # that folder between CI runs. With the verl CI's venv for verl 0.9.1 present ($VERL_VENV_ROOT, as
 # .ci/verl.sh makes it), the exported folder also goes through verl's dataset and agent-loop worker
-# there (tests/verl/test_gemma3_base.py; that venv's transformers 5.10 cannot convert Gemma's GGUF
+# there (trainers/verl/tests/test_gemma3_base.py; that venv's transformers 5.10 cannot convert Gemma's GGUF
 # vocabulary itself, so the folder is exported here, under this venv's transformers).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -37,6 +37,6 @@ if [[ $part != --base && -x $VERL09/bin/python ]]; then
   trap 'rm -rf "$out"' EXIT
   agent-gym export-model --model gemma3-270m --out "$out/gemma3-270m"
   "$VERL09/bin/python" -m pip install -q --no-deps "${PARTS[@]}"
-  (AGENT_GYM_GEMMA3_DIR=$out/gemma3-270m "$VERL09/bin/python" -m pytest -q -p no:cacheprovider tests/verl/test_gemma3_base.py)
+  (AGENT_GYM_GEMMA3_DIR=$out/gemma3-270m "$VERL09/bin/python" -m pytest -q -p no:cacheprovider trainers/verl/tests/test_gemma3_base.py)
 fi
 echo "[gemma3-ci] ${part#--} done in $((SECONDS - start)) s"

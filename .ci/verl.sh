@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The verl adapter's CI: two virtualenvs (verl 0.7.0, the version Agent-R1 v0.1.0 pins, and verl 0.9.1,
-# the current release), each with the CPU pins of ../shared/verl-cpu.md, then `pytest tests/verl` in each.
+# the current release), each with the CPU pins of ../shared/verl-cpu.md, then `pytest trainers/verl/tests` in each.
 #
 #   bash .ci/verl.sh            # from the repository root (called by .ci/run)
 #
@@ -22,7 +22,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1 TOKENIZERS_PARALLELISM=false HYDRA_FULL_E
 # so no pin of verl's moves and it needs no pin of its own beyond what envs/mcp declares.
 COMMON_PKGS=(gguf accelerate gymnasium pydantic jinja2 tqdm pytest hypothesis bm25s "mcp>=2.3")
 PINS_07=(torch==2.13.0 verl==0.7.0 "transformers<5" "numpy<2" "pyarrow>=19,<21" "datasets<4.1" cachetools)
-# trl as the TRL adapter pins it: verl 0.9.1 beside trl 1.x is what tests/verl/test_trl_beside_verl.py checks.
+# trl as the TRL adapter pins it: verl 0.9.1 beside trl 1.x is what trainers/verl/tests/test_trl_beside_verl.py checks.
 # open_spiel: the two-player games' rules (envs/multiagent, installed --no-deps below), for the game-view test;
 # verl 0.7.0's numpy<2 pin keeps it out of that venv, where the test skips.
 PINS_09=(torch==2.13.0 verl==0.9.1 cachetools uvicorn fastapi trl==1.16.0 "open_spiel>=2.0.2")
@@ -58,7 +58,7 @@ run_tests() {  # name
   local name=$1 venv=$VENV_ROOT/venv-$1 out rc
   out=$(mktemp)
   log "$name: $("$venv/bin/python" -c 'from importlib.metadata import version as v; print("verl", v("verl"), "transformers", v("transformers"), "torch", v("torch"))')"
-  (cd "$REPO" && "$venv/bin/python" -m pytest tests/verl -q -p no:cacheprovider --durations=10) 2>&1 | tee "$out"
+  (cd "$REPO" && "$venv/bin/python" -m pytest trainers/verl/tests -q -p no:cacheprovider --durations=10) 2>&1 | tee "$out"
   rc=${PIPESTATUS[0]}
   if [[ $name == verl09 ]]; then
     # The doc blocks that need verl (the README's and docs/verl.md's GPU commands), which the README's tests

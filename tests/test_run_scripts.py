@@ -1,7 +1,7 @@
 """The GPU run scripts' first steps, checked without verl or a GPU: a script whose model folder or data is
 missing stops before verl starts, with exit status 1 and the exact command that makes it, and those
 commands are the ones the README's "Training with verl" section gives (same folders as the scripts read).
-What verl then does with the folders is checked by tests/verl/test_scripts.py (dry runs, verl installed)
+What verl then does with the folders is checked by trainers/verl/tests/test_scripts.py (dry runs, verl installed)
 and on GPUs only."""
 
 from __future__ import annotations

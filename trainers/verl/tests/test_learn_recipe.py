@@ -36,7 +36,7 @@ from agent_gym_verl import agent_loop as al  # noqa: E402
 from agent_gym_verl import compat  # noqa: E402
 from agent_gym_verl.export import export_env  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SCRIPT = REPO / "examples" / "learn_smollm2-135m_gsm8k_tool.sh"
 ENV_ID = "AgentR1/GSM8KTool-v0"
 VERL_09 = not compat.LEGACY_LAYOUT

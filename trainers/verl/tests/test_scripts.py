@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("verl")
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _dry_run(script: str, *args: str, **env: str) -> subprocess.CompletedProcess:

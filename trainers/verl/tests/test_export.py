@@ -19,7 +19,7 @@ import agent_gym  # noqa: E402,F401
 from agent_gym.cli.main import main as cli_main  # noqa: E402
 from agent_gym_verl.export import export_env, main  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 COLUMNS = ["data_source", "prompt", "ability", "reward_model", "extra_info", "agent_name", "env_id"]
 
 

@@ -27,7 +27,7 @@ import torch  # noqa: E402
 
 from agent_gym_verl import compat  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 VERL_09 = not compat.LEGACY_LAYOUT
 pytestmark = pytest.mark.skipif(not VERL_09, reason="the learn recipe runs on verl 0.9 only")
 
