@@ -371,6 +371,24 @@ class _TurnsServer:
         return TokenOutput(token_ids=ids, log_probs=[-0.25] * len(ids))
 
 
+def _play_scripted_row(cfg, parquet, actions):
+    """Row 0 of ``parquet`` through verl's worker, the policy answering ``actions`` in turn: verl's output,
+    its unpadded row, the pool's env and the actions played. Checks what every such row must hold: the row is the env's
+    context token for token, and exactly the played actions' ids are trained (no env id)."""
+    al._ENV_POOL.clear()
+    server = _TurnsServer(actions)
+    worker = compat.make_agent_loop_worker(cfg, server)
+    out = _run(worker, dataset_batch(cfg, parquet, worker.tokenizer, rows=[0]))
+    row = _unpad(out, 0)
+    [key] = list(al._ENV_POOL)
+    [env] = al._ENV_POOL[key]
+    context = list(env.unwrapped.context.ids)
+    played = actions[: server.calls]
+    assert row["prompt"] + row["response"] == context[: len(row["prompt"]) + len(row["response"])]
+    assert sum(row["mask"]) == sum(len(a) for a in played)
+    return out, row, env, played
+
+
 @pytest.mark.parametrize("samples", ["segment", "step"])
 def test_an_empty_generation_keeps_its_reward_in_training(model_dir, verl_tokenizer, tmp_path, samples):
     """FrozenLake with invalid_action_penalty=0.5: an empty generation is an invalid move (-0.5). With
@@ -501,19 +519,8 @@ def test_concat_mode_plays_the_catalogue_envs_token_for_token(model_dir, verl_to
         assert mcp_demo_servers() == []
     parquet = str(export_env(env_id, "test", tmp_path / "data", mode="concat", limit=1, env_kwargs=env_kwargs))
     cfg = verl_config(model_dir, "data.max_prompt_length=2048", "data.max_response_length=1024")  # the shop's policy prompt
-    al._ENV_POOL.clear()
     actions = [verl_tokenizer.encode(t + "<|im_end|>", add_special_tokens=False) for t in turns]
-    server = _TurnsServer(actions)
-    worker = compat.make_agent_loop_worker(cfg, server)
-    batch = dataset_batch(cfg, parquet, worker.tokenizer, rows=[0])
-    out = _run(worker, batch)
-    row = _unpad(out, 0)
-    [key] = list(al._ENV_POOL)
-    [env] = al._ENV_POOL[key]
-    context = list(env.unwrapped.context.ids)
-    played = actions[: server.calls]
-    assert row["prompt"] + row["response"] == context[: len(row["prompt"]) + len(row["response"])]
-    assert sum(row["mask"]) == sum(len(a) for a in played)  # every policy id trained, no env id
+    out, row, _, played = _play_scripted_row(cfg, parquet, actions)
     assert len(row["response"]) > sum(len(a) for a in played)  # the env's replies are in the row, masked
     assert out.non_tensor_batch["tool_calls"][0] == 1.0
     # answer_f1: SearchQA's graded token F1; the 0/1 correctness where an env grades none
@@ -608,17 +615,7 @@ def test_a_two_player_game_view_plays_through_verls_worker(model_dir, verl_token
     moves = ["<move>pass</move>", "<move>bet</move>"]  # a pass; if the opponent bets, a call
     actions = [verl_tokenizer.encode(m + "<|im_end|>", add_special_tokens=False) for m in moves]
     cfg = verl_config(model_dir)
-    al._ENV_POOL.clear()
-    server = _TurnsServer(actions)
-    worker = compat.make_agent_loop_worker(cfg, server)
-    out = _run(worker, dataset_batch(cfg, parquet, worker.tokenizer, rows=[0]))
-    row = _unpad(out, 0)
-    [key] = list(al._ENV_POOL)
-    [env] = al._ENV_POOL[key]
-    context = list(env.unwrapped.context.ids)
-    played = actions[: server.calls]
-    assert row["prompt"] + row["response"] == context[: len(row["prompt"]) + len(row["response"])]
-    assert sum(row["mask"]) == sum(len(a) for a in played)  # the policy's moves trained, the opponent's not
+    out, row, env, played = _play_scripted_row(cfg, parquet, actions)  # the policy's moves trained, the opponent's not
 
     fresh = gym.make("AgentR1/KuhnPoker-v0", tokenizer=verl_tokenizer, **json.loads(extra["env_kwargs"]))
     fresh.reset(options={"task_id": extra["task_id"]})
