@@ -60,6 +60,8 @@ run_tests() {  # name
   log "$name: $("$venv/bin/python" -c 'from importlib.metadata import version as v; print("verl", v("verl"), "transformers", v("transformers"), "torch", v("torch"))')"
   (cd "$REPO" && "$venv/bin/python" -m pytest trainers/verl/tests -q -p no:cacheprovider --durations=10) 2>&1 | tee "$out"
   rc=${PIPESTATUS[0]}
+  local suite
+  suite=$(grep -E '^[0-9]+ (passed|failed)|^=+ .*(passed|failed|error)' "$out" | tail -n1 | tr -d '=' | sed 's/^ *//')
   if [[ $name == verl09 ]]; then
     # The doc blocks that need verl (the README's and docs/verl.md's GPU commands), which the README's tests
     # skip: each command to its arguments, the run scripts composing verl's config (AGENT_GYM_VERL_DRY_RUN).
@@ -67,7 +69,10 @@ run_tests() {  # name
       -p no:cacheprovider -k "(needs-verl or needs-agent_gym_verl) and not needs-vllm" --durations=3) 2>&1 | tee -a "$out"
     [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
   fi
-  SUMMARY+=("$name: $(grep -E '^[0-9]+ (passed|failed)|^=+ .*(passed|failed|error)' "$out" | tail -n1 | tr -d '=' | sed 's/^ *//') (exit $rc)")
+  # The suite's own line (not the doc blocks' that follow it in $out), then the doc blocks' where they ran.
+  local blocks
+  blocks=$(grep -E '^[0-9]+ (passed|failed)|^=+ .*(passed|failed|error)' "$out" | tail -n +2 | tail -n1 | tr -d '=' | sed 's/^ *//')
+  SUMMARY+=("$name: $suite${blocks:+; doc blocks: $blocks} (exit $rc)")
   rm -f "$out"
   [[ $rc -eq 0 ]]
 }
