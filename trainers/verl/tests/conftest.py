@@ -38,16 +38,10 @@ def verl_tokenizer():
 
 @pytest.fixture(scope="session")
 def hf_model_dir(tmp_path_factory, verl_tokenizer):
-    """A Hugging Face folder (config + tokenizer; no weights) for verl's ``model.path``."""
-    from transformers import AutoConfig
+    """A Hugging Face folder (config + tokenizer; no weights) for verl's ``model.path``; read only."""
+    from _verl_support import hf_model_folder
 
-    from agent_gym.models import resolve_model
-
-    src = resolve_model(None)
-    out = tmp_path_factory.mktemp("smollm2-hf")
-    AutoConfig.from_pretrained(src.path, **src.kwargs).save_pretrained(out)
-    verl_tokenizer.save_pretrained(out)
-    return str(out)
+    return hf_model_folder(str(tmp_path_factory.mktemp("smollm2-hf")), verl_tokenizer)
 
 
 @pytest.fixture(scope="session")

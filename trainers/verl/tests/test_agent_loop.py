@@ -28,7 +28,6 @@ from _verl_support import (  # noqa: E402
     HFServerManager,
     dataset_batch,
     gen_batch,
-    hf_model_folder,
     mark_step_trainer,
     verl_config,
 )
@@ -41,11 +40,6 @@ ENV_ID = "AgentR1/GSM8KTool-v0"
 TOOL_CALL = '<tool_call>\n{"name": "calculate", "arguments": {"expression": "(16 - 3 - 4) * 2"}}\n</tool_call><|im_end|>'
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory, verl_tokenizer):
-    return hf_model_folder(str(tmp_path_factory.mktemp("hf")), verl_tokenizer)
 
 
 @pytest.fixture(scope="module")
@@ -93,8 +87,8 @@ def _run(worker, batch):
     return asyncio.run(worker.generate_sequences(gen_batch(batch)))
 
 
-def test_concat_mode_matches_env_token_for_token(model_dir, data, smollm2_model, verl_tokenizer):
-    cfg = verl_config(model_dir)
+def test_concat_mode_matches_env_token_for_token(hf_model_dir, data, smollm2_model, verl_tokenizer):
+    cfg = verl_config(hf_model_dir)
     al._ENV_POOL.clear()
     script = verl_tokenizer.encode(TOOL_CALL, add_special_tokens=False)
     server = HFServerManager(smollm2_model, verl_tokenizer, scripted_first_turn=script)
@@ -142,10 +136,10 @@ def test_concat_mode_matches_env_token_for_token(model_dir, data, smollm2_model,
     assert nt["agent_gym_reward_components"][0] == info["reward_components"]
 
 
-def test_step_mode_rows_expand_to_the_env_steps(model_dir, data, smollm2_model, verl_tokenizer):
+def test_step_mode_rows_expand_to_the_env_steps(hf_model_dir, data, smollm2_model, verl_tokenizer):
     from agent_gym_verl.step_advantage import STEP_KEY, TRAJ_KEY, expand_step_batch
 
-    cfg = mark_step_trainer(verl_config(model_dir), samples="step")
+    cfg = mark_step_trainer(verl_config(hf_model_dir), samples="step")
     al._ENV_POOL.clear()
     script = verl_tokenizer.encode(TOOL_CALL, add_special_tokens=False)
     server = HFServerManager(smollm2_model, verl_tokenizer, scripted_first_turn=script)
@@ -177,8 +171,8 @@ def test_step_mode_rows_expand_to_the_env_steps(model_dir, data, smollm2_model, 
     assert 0.0 <= stats["agent_gym/step/padding_fraction"] < stats["agent_gym/step/padding_fraction_if_fixed"]
 
 
-def test_step_loop_refuses_to_run_without_the_step_trainer(model_dir):
-    cfg = verl_config(model_dir)
+def test_step_loop_refuses_to_run_without_the_step_trainer(hf_model_dir):
+    cfg = verl_config(hf_model_dir)
     from agent_gym.models import load_tokenizer
 
     with pytest.raises(RuntimeError, match="agent_gym_verl.main_ppo"):
@@ -204,9 +198,9 @@ def _register_rewrite_env():
         gym.register("AgentGymTest/Rewrite-v0", entry_point=RewriteEnv, disable_env_checker=True)
 
 
-def test_concat_mode_rejects_rewritten_context_and_step_mode_takes_it(model_dir, smollm2_model, verl_tokenizer):
+def test_concat_mode_rejects_rewritten_context_and_step_mode_takes_it(hf_model_dir, smollm2_model, verl_tokenizer):
     _register_rewrite_env()
-    cfg = mark_step_trainer(verl_config(model_dir, "data.max_response_length=64"), samples="step")
+    cfg = mark_step_trainer(verl_config(hf_model_dir, "data.max_response_length=64"), samples="step")
     tok = verl_tokenizer
     script = tok.encode(TOOL_CALL, add_special_tokens=False)
     row = {"extra_info": {"env_id": "AgentGymTest/Rewrite-v0", "task_id": "test-0", "env_kwargs": '{"split": "test"}'}}
@@ -252,10 +246,10 @@ class _ScriptedServer:
 
 
 @pytest.mark.parametrize("response_length", [48, 90])
-def test_concat_mode_cuts_at_response_length_with_mask_consistent(model_dir, verl_tokenizer, response_length):
+def test_concat_mode_cuts_at_response_length_with_mask_consistent(hf_model_dir, verl_tokenizer, response_length):
     """A policy that calls the tool every turn: each turn gets max_tokens = what is left of
     response_length, and the sample ends there with response, mask and log-probs cut alike."""
-    cfg = verl_config(model_dir, f"data.max_response_length={response_length}")
+    cfg = verl_config(hf_model_dir, f"data.max_response_length={response_length}")
     script = verl_tokenizer.encode(TOOL_CALL, add_special_tokens=False)
     server = _ScriptedServer(script)
     loop = al.AgentGymAgentLoop(**compat.agent_loop_init_kwargs(cfg, server, verl_tokenizer))
@@ -275,14 +269,14 @@ def test_concat_mode_cuts_at_response_length_with_mask_consistent(model_dir, ver
     assert out.reward_score == 0.0
 
 
-def test_segment_mode_gives_an_append_only_episode_as_its_concat_sample(model_dir, data, smollm2_model, verl_tokenizer):
+def test_segment_mode_gives_an_append_only_episode_as_its_concat_sample(hf_model_dir, data, smollm2_model, verl_tokenizer):
     """Step mode's default samples are segments: a GSM8KTool episode (the env only appends) is one
     sample, token for token, mask and log-probs included, the sample concat mode makes of it."""
     from agent_gym_verl.step_advantage import STEP_KEY, TRAJ_KEY, expand_step_batch
 
     script = verl_tokenizer.encode(TOOL_CALL, add_special_tokens=False)
     rows = {}
-    for mode, cfg in (("concat", verl_config(model_dir)), ("step", mark_step_trainer(verl_config(model_dir)))):
+    for mode, cfg in (("concat", verl_config(hf_model_dir)), ("step", mark_step_trainer(verl_config(hf_model_dir)))):
         al._ENV_POOL.clear()
         server = HFServerManager(smollm2_model, verl_tokenizer, scripted_first_turn=script)
         worker = compat.make_agent_loop_worker(cfg, server)
@@ -304,14 +298,14 @@ def test_segment_mode_gives_an_append_only_episode_as_its_concat_sample(model_di
     assert [i for i, r in enumerate(segment["rm_scores"]) if r] in ([], [last_policy])
 
 
-def test_segment_mode_cuts_a_rewriting_game_at_each_rewrite(model_dir, verl_tokenizer):
+def test_segment_mode_cuts_a_rewriting_game_at_each_rewrite(hf_model_dir, verl_tokenizer):
     """FrozenLake with context="last_k" (k=1) appends once, then rewrites its context after every step:
     one sample per segment, each with the exact ids of a replay of the same actions."""
     from agent_gym.rollout.episode import play_episode
     from agent_gym.rollout.policy import Generation
     from agent_gym_verl.step_advantage import STEP_KEY, TRAJ_KEY, expand_step_batch
 
-    cfg = mark_step_trainer(verl_config(model_dir, "data.max_prompt_length=1024"))
+    cfg = mark_step_trainer(verl_config(hf_model_dir, "data.max_prompt_length=1024"))
     script = verl_tokenizer.encode("<action>left</action><|im_end|>", add_special_tokens=False)
     server = _ScriptedServer(script)
     kwargs = {"context": "last_k", "last_k": 1, "max_turns": 5}
@@ -390,7 +384,7 @@ def _play_scripted_row(cfg, parquet, actions):
 
 
 @pytest.mark.parametrize("samples", ["segment", "step"])
-def test_an_empty_generation_keeps_its_reward_in_training(model_dir, verl_tokenizer, tmp_path, samples):
+def test_an_empty_generation_keeps_its_reward_in_training(hf_model_dir, verl_tokenizer, tmp_path, samples):
     """FrozenLake with invalid_action_penalty=0.5: an empty generation is an invalid move (-0.5). With
     turns empty, a move, empty, the episode's return is -1.0; verl's own worker pads the row (its first
     step: an empty response), the trainer's expansion gives both rewards to the one action's tokens (the
@@ -400,7 +394,7 @@ def test_an_empty_generation_keeps_its_reward_in_training(model_dir, verl_tokeni
 
     kwargs = {"max_turns": 3, "invalid_action_penalty": 0.5}
     parquet = str(export_env("AgentR1/FrozenLake-v0", "test", tmp_path / "data", mode="step", limit=1, env_kwargs=kwargs))
-    cfg = mark_step_trainer(verl_config(model_dir), samples=samples)
+    cfg = mark_step_trainer(verl_config(hf_model_dir), samples=samples)
     move = verl_tokenizer.encode("<action>left</action><|im_end|>", add_special_tokens=False)
     al._ENV_POOL.clear()
     server = _TurnsServer([[], move, []])
@@ -430,13 +424,13 @@ def test_an_empty_generation_keeps_its_reward_in_training(model_dir, verl_tokeni
     assert (b["advantages"][~policy] == 0).all()
 
 
-def test_an_empty_generation_is_a_concat_row_verl_can_pad(model_dir, verl_tokenizer, tmp_path):
+def test_an_empty_generation_is_a_concat_row_verl_can_pad(hf_model_dir, verl_tokenizer, tmp_path):
     """Concat mode, one turn, an empty generation (FrozenLake: an invalid move, -0.5, then the turn limit):
     no response id at all. verl 0.7 cannot pad an empty response; the row holds one padding id with
     response_mask 0 and log-prob 0.0, and verl's score -0.5 on it."""
     kwargs = {"max_turns": 1, "invalid_action_penalty": 0.5}
     parquet = str(export_env("AgentR1/FrozenLake-v0", "test", tmp_path / "data", mode="concat", limit=1, env_kwargs=kwargs))
-    cfg = verl_config(model_dir)
+    cfg = verl_config(hf_model_dir)
     al._ENV_POOL.clear()
     worker = compat.make_agent_loop_worker(cfg, _TurnsServer([[]]))
     out = _run(worker, dataset_batch(cfg, parquet, worker.tokenizer, rows=[0]))
@@ -454,7 +448,7 @@ def _algo_config(estimator):
     return omega_conf_to_dataclass(OmegaConf.create({"_target_": "verl.trainer.config.AlgoConfig", "adv_estimator": estimator}), AlgoConfig)
 
 
-def test_a_concat_episode_that_ends_on_empty_actions_keeps_its_reward_on_a_trained_token(model_dir, verl_tokenizer, tmp_path):
+def test_a_concat_episode_that_ends_on_empty_actions_keeps_its_reward_on_a_trained_token(hf_model_dir, verl_tokenizer, tmp_path):
     """Concat mode, FrozenLake with invalid_action_penalty=0.5, turns: a move, empty, empty (return -1.0).
     verl puts a row's score on its last response id, and its GAE and REINFORCE++ skip every reward on an
     id outside response_mask. So the sample ends at its last policy id (the env replies the policy answered
@@ -462,7 +456,7 @@ def test_a_concat_episode_that_ends_on_empty_actions_keeps_its_reward_on_a_train
     verl's own estimators give each of the move's ids the whole return."""
     kwargs = {"max_turns": 3, "invalid_action_penalty": 0.5}
     parquet = str(export_env("AgentR1/FrozenLake-v0", "test", tmp_path / "data", mode="concat", limit=1, env_kwargs=kwargs))
-    cfg = verl_config(model_dir)
+    cfg = verl_config(hf_model_dir)
     move = verl_tokenizer.encode("<action>left</action><|im_end|>", add_special_tokens=False)
     al._ENV_POOL.clear()
     server = _TurnsServer([move, [], []])
@@ -506,7 +500,7 @@ def test_a_concat_episode_that_ends_on_empty_actions_keeps_its_reward_on_a_train
           "I could not find the bug."]),
     ],
 )
-def test_concat_mode_plays_the_catalogue_envs_token_for_token(model_dir, verl_tokenizer, tmp_path, env_id, env_kwargs, turns):
+def test_concat_mode_plays_the_catalogue_envs_token_for_token(hf_model_dir, verl_tokenizer, tmp_path, env_id, env_kwargs, turns):
     """The tool envs of the catalogue under verl's worker: the row is the env's context (tool results, the
     simulated customer's turns, the MCP server's answers and SWE-v0's shell output as env ids, outside
     response_mask), the score its return. MCPTask-v0's server process lives while an env of the pool uses it
@@ -518,7 +512,7 @@ def test_concat_mode_plays_the_catalogue_envs_token_for_token(model_dir, verl_to
         pytest.importorskip("agent_gym_mcp", reason="the MCPTask-v0 env package (pip install -e envs/mcp)")
         assert mcp_demo_servers() == []
     parquet = str(export_env(env_id, "test", tmp_path / "data", mode="concat", limit=1, env_kwargs=env_kwargs))
-    cfg = verl_config(model_dir, "data.max_prompt_length=2048", "data.max_response_length=1024")  # the shop's policy prompt
+    cfg = verl_config(hf_model_dir, "data.max_prompt_length=2048", "data.max_response_length=1024")  # the shop's policy prompt
     actions = [verl_tokenizer.encode(t + "<|im_end|>", add_special_tokens=False) for t in turns]
     out, row, _, played = _play_scripted_row(cfg, parquet, actions)
     assert len(row["response"]) > sum(len(a) for a in played)  # the env's replies are in the row, masked
@@ -552,7 +546,7 @@ def _still_running(processes):
 
 
 @pytest.mark.parametrize("mode", ["concat", "step"])
-def test_agent_program_rows_play_the_program_through_verls_worker(model_dir, verl_tokenizer, tmp_path, mode):
+def test_agent_program_rows_play_the_program_through_verls_worker(hf_model_dir, verl_tokenizer, tmp_path, mode):
     """AgentProgram-v0 (the demo: a calculator agent program behind the env's OpenAI-compatible endpoint)
     under verl's own worker. The row's prompt column is the task's question only; the episode is the
     program's: its first request (system prompt and tools) is the prompt the worker trains from, the
@@ -566,7 +560,7 @@ def test_agent_program_rows_play_the_program_through_verls_worker(model_dir, ver
     turns = ['<tool_call>\n{"name": "calculate", "arguments": {"expression": "4 * 41"}}\n</tool_call>',
              "4 * 41 = 164\n#### 164"]
     actions = [verl_tokenizer.encode(t + "<|im_end|>", add_special_tokens=False) for t in turns]
-    cfg = verl_config(model_dir)
+    cfg = verl_config(hf_model_dir)
     if mode == "step":
         cfg = mark_step_trainer(cfg, samples="step")
     al._ENV_POOL.clear()
@@ -602,7 +596,7 @@ def test_agent_program_rows_play_the_program_through_verls_worker(model_dir, ver
     al._ENV_POOL.clear()
 
 
-def test_a_two_player_game_view_plays_through_verls_worker(model_dir, verl_tokenizer, tmp_path):
+def test_a_two_player_game_view_plays_through_verls_worker(hf_model_dir, verl_tokenizer, tmp_path):
     """KuhnPoker-v0 (a two-player game against its scripted random opponent) under verl's worker: the row is
     the env's context token for token, the opponent's reply is env ids outside response_mask, and the score
     is what the same moves give a fresh env of the row's task."""
@@ -614,7 +608,7 @@ def test_a_two_player_game_view_plays_through_verls_worker(model_dir, verl_token
     [extra] = pd.read_parquet(parquet)["extra_info"].tolist()
     moves = ["<move>pass</move>", "<move>bet</move>"]  # a pass; if the opponent bets, a call
     actions = [verl_tokenizer.encode(m + "<|im_end|>", add_special_tokens=False) for m in moves]
-    cfg = verl_config(model_dir)
+    cfg = verl_config(hf_model_dir)
     out, row, env, played = _play_scripted_row(cfg, parquet, actions)  # the policy's moves trained, the opponent's not
 
     fresh = gym.make("AgentR1/KuhnPoker-v0", tokenizer=verl_tokenizer, **json.loads(extra["env_kwargs"]))

@@ -30,7 +30,7 @@ import pytest
 pytest.importorskip("verl")
 
 import torch  # noqa: E402
-from _verl_support import dataset_batch, gen_batch, hf_model_folder, mark_step_trainer, verl_config  # noqa: E402
+from _verl_support import dataset_batch, gen_batch, mark_step_trainer, verl_config  # noqa: E402
 
 from agent_gym_verl import agent_loop as al  # noqa: E402
 from agent_gym_verl import compat  # noqa: E402
@@ -79,11 +79,6 @@ class ScriptedServer:
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory, verl_tokenizer):
-    return hf_model_folder(str(tmp_path_factory.mktemp("hf")), verl_tokenizer)
-
-
-@pytest.fixture(scope="module")
 def val_parquet(tmp_path_factory):
     out = tmp_path_factory.mktemp("val")
     return str(export_env(ENV_ID, "test", out, mode="step", limit=3, env_kwargs={"max_turns": 3}))
@@ -112,9 +107,9 @@ def _val_trainer(cfg, parquet, worker):
     return trainer
 
 
-def test_validation_logs_accuracy_tool_calls_and_validity_over_the_episodes(model_dir, val_parquet, verl_tokenizer):
+def test_validation_logs_accuracy_tool_calls_and_validity_over_the_episodes(hf_model_dir, val_parquet, verl_tokenizer):
     cfg = mark_step_trainer(verl_config(
-        model_dir,
+        hf_model_dir,
         "data.max_prompt_length=1024",  # the recipe's: later turns' contexts fit
         "actor_rollout_ref.rollout.val_kwargs.temperature=0",
         "actor_rollout_ref.rollout.agent.num_workers=1",
@@ -159,12 +154,12 @@ def test_validation_metrics_skip_sources_without_answered_calls():
     assert validation_metrics(metrics, {"a/b": 7}) == {"val-aux/c/tool_call_validity": 0.75, "val-aux/a/b/episodes": 7.0}
 
 
-def test_the_held_out_set_is_the_first_512_test_problems_where_val_max_samples_is_random(tmp_path, model_dir):
+def test_the_held_out_set_is_the_first_512_test_problems_where_val_max_samples_is_random(tmp_path, hf_model_dir):
     from verl.utils.dataset.rl_dataset import RLHFDataset
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(model_dir)
-    cfg = verl_config(model_dir, "data.max_prompt_length=1024", "data.filter_overlong_prompts=True")
+    tok = AutoTokenizer.from_pretrained(hf_model_dir)
+    cfg = verl_config(hf_model_dir, "data.max_prompt_length=1024", "data.filter_overlong_prompts=True")
     val = str(export_env(ENV_ID, "test", tmp_path / "val512", mode="step", limit=512))
     data = RLHFDataset(data_files=[val], tokenizer=tok, config=cfg.data, processor=None)
     ids = [row["task_id"] for row in data.dataframe["extra_info"]]
@@ -320,12 +315,12 @@ def _verl_args(stderr: str) -> list[str]:
 
 @pytest.mark.skipif(not VERL_09, reason="the recipe's LoRA options are verl 0.9's")
 @pytest.mark.parametrize("resume", [False, True])
-def test_learn_script_config_is_one_verls_workers_accept(resume, tmp_path, model_dir):
+def test_learn_script_config_is_one_verls_workers_accept(resume, tmp_path, hf_model_dir):
     from verl.utils.config import omega_conf_to_dataclass
 
     from agent_gym_verl.main_ppo import dry_run
 
-    env = {"HOME": str(tmp_path), "MODEL_PATH": model_dir}
+    env = {"HOME": str(tmp_path), "MODEL_PATH": hf_model_dir}
     if resume:
         adapter = tmp_path / "runs" / "gsm8k_tool_learn" / "part1" / "adapter"
         adapter.mkdir(parents=True)
@@ -357,13 +352,13 @@ def test_learn_script_config_is_one_verls_workers_accept(resume, tmp_path, model
 
 
 @pytest.mark.skipif(not VERL_09, reason="the recipe's LoRA options are verl 0.9's")
-def test_learn_script_full_weights_variant_saves_the_hf_model(tmp_path, model_dir):
-    proc = _dry_run(HOME=str(tmp_path), MODEL_PATH=model_dir, LORA_RANK="0")
+def test_learn_script_full_weights_variant_saves_the_hf_model(tmp_path, hf_model_dir):
+    proc = _dry_run(HOME=str(tmp_path), MODEL_PATH=hf_model_dir, LORA_RANK="0")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     opts = dict(a.split("=", 1) for a in _verl_args(proc.stderr))
     assert opts["actor_rollout_ref.actor.optim.lr"] == "1e-5" and "actor_rollout_ref.model.lora_rank" not in opts
     assert opts["actor_rollout_ref.actor.checkpoint.save_contents"] == "[model,optimizer,extra,hf_model]"
-    proc = _dry_run(HOME=str(tmp_path), MODEL_PATH=model_dir, LORA_RANK="0", ADAPTER=str(tmp_path))
+    proc = _dry_run(HOME=str(tmp_path), MODEL_PATH=hf_model_dir, LORA_RANK="0", ADAPTER=str(tmp_path))
     assert proc.returncode == 2 and "ADAPTER needs LORA_RANK > 0" in proc.stderr
 
 

@@ -23,7 +23,7 @@ pytest.importorskip("verl")
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from _verl_support import dataset_batch, gen_batch, hf_model_folder, mark_step_trainer, verl_config  # noqa: E402
+from _verl_support import dataset_batch, gen_batch, mark_step_trainer, verl_config  # noqa: E402
 from omegaconf import open_dict  # noqa: E402
 
 from agent_gym_verl import agent_loop as al  # noqa: E402
@@ -65,18 +65,13 @@ class TreeServer:
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory, verl_tokenizer):
-    return hf_model_folder(str(tmp_path_factory.mktemp("hf")), verl_tokenizer)
-
-
-@pytest.fixture(scope="module")
 def parquet(tmp_path_factory):
     out = tmp_path_factory.mktemp("data")
     return str(export_env(ENV_ID, "test", out, mode="step", limit=2, env_kwargs={"max_turns": 3}))
 
 
-def tree_cfg(model_dir, tree, *overrides):
-    cfg = mark_step_trainer(verl_config(model_dir, *overrides))
+def tree_cfg(hf_model_dir, tree, *overrides):
+    cfg = mark_step_trainer(verl_config(hf_model_dir, *overrides))
     with open_dict(cfg):
         cfg.agent_gym.tree = tree
     return cfg
@@ -106,12 +101,12 @@ def _trainer(cfg, tokenizer):
 
 
 @pytest.fixture(scope="module")
-def tree_batch(model_dir, parquet, verl_tokenizer):
+def tree_batch(hf_model_dir, parquet, verl_tokenizer):
     """Two trees (tasks test-0 and test-1, one uid) through verl's worker, expanded by the trainer's hook
     (ppo_mini_batch_size=2 x n=2: padded to 4 rows), with advantages from the trainer's routing."""
     from agent_gym_verl.trainer import step_aware_compute_advantage
 
-    cfg = tree_cfg(model_dir, {"width": 3, "branch_at": [1]},
+    cfg = tree_cfg(hf_model_dir, {"width": 3, "branch_at": [1]},
                    "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.n=2")
     al._ENV_POOL.clear()
     server = TreeServer(verl_tokenizer)
@@ -376,9 +371,9 @@ def test_one_optimizer_step_of_smollm2_on_a_tree_batch(smollm2_model, verl_token
     assert torch.isfinite(pg_loss) and moved
 
 
-def test_validation_rows_play_one_episode_each(model_dir, parquet, verl_tokenizer):
+def test_validation_rows_play_one_episode_each(hf_model_dir, parquet, verl_tokenizer):
     """A batch the trainer marked as validation (``agent_gym_validate``): one episode per row, no tree."""
-    cfg = tree_cfg(model_dir, {"width": 3, "branch_at": [1]})
+    cfg = tree_cfg(hf_model_dir, {"width": 3, "branch_at": [1]})
     al._ENV_POOL.clear()
     server = TreeServer(verl_tokenizer)
     worker = compat.make_agent_loop_worker(cfg, server)
@@ -392,8 +387,8 @@ def test_validation_rows_play_one_episode_each(model_dir, parquet, verl_tokenize
     assert float(out.batch["rm_scores"].sum()) == 1.0
 
 
-def test_the_trainer_marks_only_the_batches_validate_builds_in_tree_mode(model_dir, verl_tokenizer, monkeypatch):
-    cfg = tree_cfg(model_dir, {"width": 2})
+def test_the_trainer_marks_only_the_batches_validate_builds_in_tree_mode(hf_model_dir, verl_tokenizer, monkeypatch):
+    cfg = tree_cfg(hf_model_dir, {"width": 2})
     trainer = _trainer(cfg, verl_tokenizer)
     trainer._agent_gym_validating = False
     base = type(trainer).__mro__[1]
@@ -432,15 +427,15 @@ def test_bad_tree_settings_name_the_key(tree, message):
         tree_mode.tree_config({"tree": tree})
 
 
-def test_tree_settings_parse_from_hydra(model_dir):
-    cfg = tree_cfg(model_dir, {"width": 3, "branch_at": [2, 0], "max_leaves": 5})
+def test_tree_settings_parse_from_hydra(hf_model_dir):
+    cfg = tree_cfg(hf_model_dir, {"width": 3, "branch_at": [2, 0], "max_leaves": 5})
     assert tree_mode.tree_config(cfg.agent_gym) == tree_mode.TreeConfig(width=3, branch_at=(0, 2), top_k=1, max_leaves=5)
     assert tree_mode.tree_config({"tree": {"branch_at": "entropy", "top_k": 2}}).play_kwargs() == {
         "width": 2, "branch_at": "entropy", "top_k": 2, "max_leaves": 8}
     assert tree_mode.tree_config({"samples": "step"}) is None and tree_mode.tree_config({"tree": {}}) is None
 
 
-def test_tree_mode_runs_grpo_only_and_says_so_at_start(model_dir, verl_tokenizer, monkeypatch):
+def test_tree_mode_runs_grpo_only_and_says_so_at_start(hf_model_dir, verl_tokenizer, monkeypatch):
     from types import SimpleNamespace
 
     from agent_gym_verl.patches import agent_gym_trainer_class
@@ -461,8 +456,8 @@ def test_tree_mode_runs_grpo_only_and_says_so_at_start(model_dir, verl_tokenizer
     step_data = SimpleNamespace(dataframe=type("F", (dict,), {"column_names": ["agent_name"]})(agent_name=["agent_gym_step"]))
     cls = agent_gym_trainer_class(base)
     with pytest.raises(StepModeError, match="not 'rloo'"):
-        cls(tree_cfg(model_dir, {"width": 2}, "algorithm.adv_estimator=rloo"), train_dataset=step_data)
+        cls(tree_cfg(hf_model_dir, {"width": 2}, "algorithm.adv_estimator=rloo"), train_dataset=step_data)
     with pytest.raises(ValueError, match="agent_gym.tree.width"):
-        cls(tree_cfg(model_dir, {"width": 0}, "algorithm.adv_estimator=grpo"), train_dataset=step_data)
-    trainer = cls(tree_cfg(model_dir, {"width": 2}, "algorithm.adv_estimator=grpo"), train_dataset=step_data)
+        cls(tree_cfg(hf_model_dir, {"width": 0}, "algorithm.adv_estimator=grpo"), train_dataset=step_data)
+    trainer = cls(tree_cfg(hf_model_dir, {"width": 2}, "algorithm.adv_estimator=grpo"), train_dataset=step_data)
     assert trainer._agent_gym_tree is True and trainer.config.agent_gym.tree.width == 2  # kept for the workers
