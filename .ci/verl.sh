@@ -54,24 +54,26 @@ ensure_venv() {  # name pins...
   "$venv/bin/pip" install -q --no-compile --no-deps -e "$REPO" "${envs[@]}" -e "$REPO/trainers/verl" || return 1
 }
 
+result_line() {  # FILE: the last pytest result line in it ("162 passed, 2 skipped in 1126.17s")
+  grep -E '^[0-9]+ (passed|failed)|^=+ .*(passed|failed|error)' "$1" | tail -n1 | tr -d '=' | sed 's/^ *//; s/ *$//'
+}
+
 run_tests() {  # name
   local name=$1 venv=$VENV_ROOT/venv-$1 out rc
   out=$(mktemp)
   log "$name: $("$venv/bin/python" -c 'from importlib.metadata import version as v; print("verl", v("verl"), "transformers", v("transformers"), "torch", v("torch"))')"
   (cd "$REPO" && "$venv/bin/python" -m pytest trainers/verl/tests -q -p no:cacheprovider --durations=10) 2>&1 | tee "$out"
   rc=${PIPESTATUS[0]}
-  local suite
-  suite=$(grep -E '^[0-9]+ (passed|failed)|^=+ .*(passed|failed|error)' "$out" | tail -n1 | tr -d '=' | sed 's/^ *//')
+  local suite blocks=""
+  suite=$(result_line "$out")
   if [[ $name == verl09 ]]; then
     # The doc blocks that need verl (the README's and docs/verl.md's GPU commands), which the README's tests
     # skip: each command to its arguments, the run scripts composing verl's config (AGENT_GYM_VERL_DRY_RUN).
     (cd "$REPO" && AGENT_GYM_DOC_BLOCKS_NO_SKIP=1 "$venv/bin/python" -m pytest tests/test_doc_blocks.py -q \
       -p no:cacheprovider -k "(needs-verl or needs-agent_gym_verl) and not needs-vllm" --durations=3) 2>&1 | tee -a "$out"
     [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
+    blocks=$(result_line "$out")  # the doc blocks' line, appended after the suite's
   fi
-  # The suite's own line (not the doc blocks' that follow it in $out), then the doc blocks' where they ran.
-  local blocks
-  blocks=$(grep -E '^[0-9]+ (passed|failed)|^=+ .*(passed|failed|error)' "$out" | tail -n +2 | tail -n1 | tr -d '=' | sed 's/^ *//')
   SUMMARY+=("$name: $suite${blocks:+; doc blocks: $blocks} (exit $rc)")
   rm -f "$out"
   [[ $rc -eq 0 ]]
